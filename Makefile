@@ -1,0 +1,67 @@
+# screener — every install step lives here so a fresh machine needs nothing by hand.
+# `make demo` and `make test` are the two commands the README promises.
+
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+# Debian packages the probes, the emulated cluster and the tests need.
+APT_PKGS := fio sysstat nvme-cli openssh-server openssh-client slurm-wlm slurm-client munge \
+            clustershell e2fsprogs util-linux iproute2 procps prometheus postgresql-client
+APT_STAMP := $(VENV)/.apt-stamp
+PIP_STAMP := $(VENV)/.pip-stamp
+PG_VERSION_DIR := $(shell ls /etc/postgresql 2>/dev/null | head -n1)
+
+.PHONY: deps apt venv demo test lint typecheck unit postgres bench cluster-down clean
+
+deps: apt venv
+
+apt: $(APT_STAMP)
+$(APT_STAMP):
+	@missing=""; for p in $(APT_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; \
+	  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$missing; \
+	fi
+	@mkdir -p $(VENV) && touch $@
+
+venv: $(PIP_STAMP)
+$(PIP_STAMP): pyproject.toml
+	@[ -x $(PY) ] || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q -U pip
+	$(PIP) install -q -e '.[dev]'
+	@touch $@
+
+# PostgreSQL is part of this machine kind; start it if it is down (tests use it for real).
+postgres:
+	@if [ -n "$(PG_VERSION_DIR)" ] && ! pg_isready -q -h 127.0.0.1 -p 5432; then \
+	  pg_ctlcluster --skip-systemctl-redirect $(PG_VERSION_DIR) main start; \
+	fi
+	@pg_isready -h 127.0.0.1 -p 5432
+
+lint: venv
+	$(VENV)/bin/ruff check screener tests bench deploy jobs
+	$(VENV)/bin/ruff format --check screener tests bench deploy jobs
+
+typecheck: venv
+	$(VENV)/bin/mypy screener
+
+test: deps postgres lint typecheck
+	$(PY) -m pytest -ra
+
+unit: venv
+	$(PY) -m pytest -ra -m "not cluster and not postgres"
+
+demo: deps
+	$(PY) -m screener.demo
+
+bench: deps
+	$(PY) bench/dispatch.py
+	$(PY) bench/screen_overhead.py
+
+cluster-down:
+	$(PY) -m deploy.minicluster down
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,192 @@
+"""Policy: every tunable of probing, deciding and connecting, loaded from TOML.
+
+Defaults live here and are documented in docs/configuration.md. Unknown keys are errors,
+so a typo never silently falls back to a default.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from screener.errors import ConfigError
+
+DEFAULT_CONFIG_PATH = Path("/etc/screener/screener.toml")
+
+
+@dataclass(frozen=True)
+class ProbePolicy:
+    """How the fio probes run on each node."""
+
+    target: str = "/scratch"  # directory on the local NVMe filesystem
+    size_mib: int = 1024  # region written then read back; must fit the free space
+    runtime_s: float = 3.0  # measured seconds per job (after ramp)
+    ramp_s: float = 1.0  # discarded warm-up seconds per job
+    iodepth: int = 32  # fills an NVMe queue (seed 000: QD1 under-reports)
+    ioengine: str = "libaio"  # libaio | io_uring
+    seq_bs: str = "1M"
+    rand_bs: str = "4k"
+    rand_read: bool = True  # run the 4 KiB random-read job too
+    min_free_mib: int = 64  # headroom kept free beyond size_mib
+    iostat_interval_s: int = 1
+    facts: bool = True  # collect PCIe/SMART/queue facts
+
+
+@dataclass(frozen=True)
+class VerdictPolicy:
+    """Thresholds for deciding per node; see docs/detection.md for the why of each."""
+
+    min_read_mb_s: float = 0.0  # absolute floor for sequential read (0 = off)
+    min_write_mb_s: float = 0.0  # absolute floor for sequential write (0 = off)
+    min_rand_read_iops: float = 0.0  # absolute floor for 4 KiB random read (0 = off)
+    max_write_read_ratio: float = 5.0  # seed 001: slow nodes had W/R 8x..83x, healthy < 1.5
+    max_slow_fraction: float = 0.05  # fraction of reads >= 100 ms
+    max_r_await_ms: float = 0.0  # iostat r_await ceiling during the probe (0 = off)
+    z_threshold: float = 3.5  # robust z below -this vs peers is slow (Iglewicz-Hoaglin)
+    mad_floor_fraction: float = 0.05  # MAD never below 5% of the median: quiet fleets
+    min_peers: int = 4  # below this many usable peers, no peer comparison
+    min_peer_drop: float = 0.5  # peer rule also needs value < this * median (a real gap)
+    shared_cause_fraction: float = 0.5  # this share of nodes slow together = shared cause
+    history_runs: int = 5  # how many of the node's own past OK runs to compare with
+    history_drop: float = 0.25  # below this fraction of own history median is suspect
+    confirm: bool = True  # re-probe suspects before a final SLOW
+
+
+@dataclass(frozen=True)
+class TransportPolicy:
+    """How screener reaches nodes."""
+
+    kind: str = "asyncssh"  # asyncssh | fabric | local
+    concurrency: int = 256
+    connect_timeout_s: float = 10.0
+    command_timeout_s: float = 120.0
+    username: str | None = None
+    ssh_config: str | None = None  # path; ~/.ssh/config when None
+    known_hosts: str | None = None  # path; ~/.ssh/known_hosts when None (strict either way)
+    client_keys: tuple[str, ...] = ()  # private key paths; ssh defaults when empty
+    remote_screener: str | None = None  # unused by screen; reserved for per-node agents
+
+
+@dataclass(frozen=True)
+class StorePolicy:
+    """Where results go. SCREENER_DATABASE_URL overrides ``url``."""
+
+    url: str = "sqlite:////var/lib/screener/screener.db"
+
+
+@dataclass(frozen=True)
+class Policy:
+    """The whole configuration."""
+
+    probe: ProbePolicy = field(default_factory=ProbePolicy)
+    verdict: VerdictPolicy = field(default_factory=VerdictPolicy)
+    transport: TransportPolicy = field(default_factory=TransportPolicy)
+    store: StorePolicy = field(default_factory=StorePolicy)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain dict (stored with each run so a verdict can be explained later)."""
+        return dataclasses.asdict(self)
+
+
+_SECTIONS: dict[str, type[Any]] = {
+    "probe": ProbePolicy,
+    "verdict": VerdictPolicy,
+    "transport": TransportPolicy,
+    "store": StorePolicy,
+}
+
+_ALLOWED = {
+    "probe.ioengine": ("libaio", "io_uring"),
+    "transport.kind": ("asyncssh", "fabric", "local"),
+}
+
+
+def policy_from_dict(data: dict[str, Any]) -> Policy:
+    """Build a Policy from parsed TOML, rejecting unknown keys and wrong types."""
+    parts: dict[str, Any] = {}
+    for section, values in data.items():
+        cls = _SECTIONS.get(section)
+        if cls is None:
+            raise ConfigError(f"unknown config section [{section}]")
+        if not isinstance(values, dict):
+            raise ConfigError(f"[{section}] must be a table")
+        parts[section] = _section(section, cls, values)
+    return _validate(Policy(**parts))
+
+
+def _section(name: str, cls: type[Any], values: dict[str, Any]) -> Any:
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    kwargs: dict[str, Any] = {}
+    for key, value in values.items():
+        if key not in fields:
+            raise ConfigError(f"unknown config key {name}.{key}")
+        default = getattr(cls(), key)
+        kwargs[key] = _coerce(f"{name}.{key}", value, default)
+    return cls(**kwargs)
+
+
+def _coerce(key: str, value: Any, default: Any) -> Any:
+    """Check a TOML value against the default's type; ints are accepted for floats."""
+    if isinstance(default, bool):
+        ok = isinstance(value, bool)
+    elif isinstance(default, float):
+        ok = isinstance(value, int | float) and not isinstance(value, bool)
+        value = float(value) if ok else value
+    elif isinstance(default, int):
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif isinstance(default, tuple):
+        ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
+        value = tuple(value) if ok else value
+    else:  # str or Optional[str]
+        ok = isinstance(value, str)
+    if not ok:
+        raise ConfigError(f"config key {key} has the wrong type ({type(value).__name__})")
+    allowed = _ALLOWED.get(key)
+    if allowed is not None and value not in allowed:
+        raise ConfigError(f"config key {key} must be one of {', '.join(allowed)}")
+    return value
+
+
+def _validate(p: Policy) -> Policy:
+    """Range checks that types alone cannot express."""
+    checks = [
+        (p.probe.size_mib > 0, "probe.size_mib must be > 0"),
+        (p.probe.runtime_s > 0, "probe.runtime_s must be > 0"),
+        (p.probe.ramp_s >= 0, "probe.ramp_s must be >= 0"),
+        (1 <= p.probe.iodepth <= 1024, "probe.iodepth must be within 1..1024"),
+        (p.probe.target.startswith("/"), "probe.target must be an absolute path"),
+        (p.verdict.max_write_read_ratio > 1, "verdict.max_write_read_ratio must be > 1"),
+        (0 < p.verdict.shared_cause_fraction <= 1, "verdict.shared_cause_fraction in (0, 1]"),
+        (p.verdict.min_peers >= 2, "verdict.min_peers must be >= 2"),
+        (p.transport.concurrency >= 1, "transport.concurrency must be >= 1"),
+        (p.transport.command_timeout_s > 0, "transport.command_timeout_s must be > 0"),
+    ]
+    for ok, message in checks:
+        if not ok:
+            raise ConfigError(message)
+    return p
+
+
+def load_policy(path: str | os.PathLike[str] | None = None) -> Policy:
+    """Load the policy from ``path``, else the default path if it exists, else defaults."""
+    if path is None:
+        if not DEFAULT_CONFIG_PATH.exists():
+            return Policy()
+        path = DEFAULT_CONFIG_PATH
+    try:
+        with open(path, "rb") as fh:
+            data = tomllib.load(fh)
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} does not exist") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+    return policy_from_dict(data)
+
+
+def database_url(policy: Policy) -> str:
+    """The DB URL in force: SCREENER_DATABASE_URL wins over the config file."""
+    return os.environ.get("SCREENER_DATABASE_URL") or policy.store.url
