@@ -115,7 +115,7 @@ def policy_from_dict(data: dict[str, Any]) -> Policy:
         if not isinstance(values, dict):
             raise ConfigError(f"[{section}] must be a table")
         parts[section] = _section(section, cls, values)
-    return _validate(Policy(**parts))
+    return validate(Policy(**parts))
 
 
 def _section(name: str, cls: type[Any], values: dict[str, Any]) -> Any:
@@ -151,7 +151,7 @@ def _coerce(key: str, value: Any, default: Any) -> Any:
     return value
 
 
-def _validate(p: Policy) -> Policy:
+def validate(p: Policy) -> Policy:
     """Range checks that types alone cannot express."""
     checks = [
         (p.probe.size_mib > 0, "probe.size_mib must be > 0"),

@@ -1,0 +1,101 @@
+"""The `screener` command: parse, call, print. No decisions are made here.
+
+Exit codes: 0 screen done and no node SLOW; 3 screen done and at least one node SLOW;
+1 error (one line on stderr); 2 bad usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from rich.console import Console
+
+from screener import __version__
+from screener.errors import ScreenerError
+from screener.model import Trigger
+from screener.policy import load_policy
+
+EXIT_SLOW = 3
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="screener", description=__doc__.splitlines()[0])
+    p.add_argument("--version", action="version", version=f"screener {__version__}")
+    p.add_argument("--config", help="policy TOML (default /etc/screener/screener.toml)")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    s = sub.add_parser("screen", help="probe nodes and judge them against their peers")
+    s.add_argument("nodeset", nargs="?", help="ClusterShell NodeSet, e.g. 'node[01-08]'")
+    s.add_argument("--local", action="store_true", help="screen this machine (no SSH)")
+    s.add_argument("--target", help="directory on the local NVMe filesystem to probe")
+    s.add_argument("--transport", choices=["asyncssh", "fabric", "local"])
+    s.add_argument("--no-confirm", action="store_true", help="do not re-probe suspects")
+    s.add_argument("--no-store", action="store_true", help="do not write the run to the DB")
+    s.add_argument("--job-id", help="Slurm job id this screen belongs to")
+    s.add_argument("--trigger", choices=[t.value for t in Trigger], default="manual")
+    s.add_argument("--json", action="store_true", help="print JSON only")
+
+    db = sub.add_parser("db", help="database schema")
+    db.add_argument("action", choices=["upgrade", "current"])
+    return p
+
+
+def _screen(args: argparse.Namespace, console: Console) -> int:
+    from screener import app, report
+
+    policy = app.screen_policy(
+        load_policy(args.config),
+        local=args.local,
+        target=args.target,
+        transport=args.transport,
+        confirm=not args.no_confirm,
+    )
+    nodes = app.resolve_nodes(args.nodeset, args.local)
+    with report.progress(console, len(nodes), enabled=not args.json) as on_done:
+        result = app.run_screen(
+            nodes,
+            policy,
+            trigger=Trigger(args.trigger),
+            job_id=args.job_id,
+            store_results=not args.no_store,
+            on_done=on_done,
+        )
+    if args.json:
+        print(report.result_json(result))
+    else:
+        report.print_result(result, console)
+    return EXIT_SLOW if report.any_slow(result) else 0
+
+
+def _db(args: argparse.Namespace, console: Console) -> int:
+    from screener.policy import database_url
+    from screener.store.migrate import current_revision, upgrade
+
+    url = database_url(load_policy(args.config))
+    if args.action == "upgrade":
+        console.print(f"database at revision {upgrade(url)}")
+    else:
+        console.print(f"database at revision {current_revision(url)}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `screener` console script."""
+    args = _parser().parse_args(argv)
+    console = Console()
+    try:
+        if args.command == "screen":
+            return _screen(args, console)
+        return _db(args, console)
+    except ScreenerError as exc:
+        print(f"screener: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("screener: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

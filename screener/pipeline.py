@@ -1,0 +1,253 @@
+"""The screening pipeline: probe every node in parallel, judge, re-probe suspects, store.
+
+Per node (one SSH connection, reused): preflight and facts, then fio with an iostat
+monitor beside it. Any error on a node makes that node UNKNOWN; it never stops the run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Protocol
+
+from screener.errors import ProbeError, ScreenerError, TransportError
+from screener.model import NodeFacts, NodeProbe, RunSummary, Trigger
+from screener.policy import Policy
+from screener.probe.facts import facts_argv, parse_facts
+from screener.probe.fio import JOBS, fio_argv, parse_fio, probe_duration_s
+from screener.probe.iostat import iostat_argv, parse_iostat
+from screener.probe.preflight import parse_preflight, preflight_argv
+from screener.transport.base import CommandResult, Transport
+from screener.verdict import confirm, evaluate, suspects
+
+
+class Clock(Protocol):
+    """Wall clock, passed in so runs can be timestamped deterministically in tests."""
+
+    def now(self) -> datetime: ...
+
+
+class SystemClock:
+    """The real UTC clock."""
+
+    def now(self) -> datetime:
+        return datetime.now(UTC)
+
+
+class RunStore(Protocol):
+    """What the pipeline needs from the store (screener.store.Store satisfies it)."""
+
+    def start_run(
+        self,
+        trigger: Trigger,
+        nodes: Sequence[str],
+        policy: dict[str, object],
+        job_id: str | None,
+        nodeset: str,
+        started_at: datetime,
+    ) -> int: ...
+
+    def record_probe(self, run_id: int, probe: NodeProbe, round: int) -> None: ...
+
+    def record_verdicts(self, run_id: int, summary: RunSummary) -> None: ...
+
+    def finish_run(self, run_id: int, finished_at: datetime, status: str = "done") -> None: ...
+
+    def read_history(self, node: str, limit: int) -> list[float]: ...
+
+
+NodeDone = Callable[[int, NodeProbe], None]  # (round, probe) -> None, for progress bars
+BetweenRounds = Callable[[RunSummary], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class ScreenResult:
+    """What a screen produced: the final summary plus the probes behind it."""
+
+    run_id: int | None
+    summary: RunSummary
+    probes: dict[str, NodeProbe]  # the last probe of each node (round 2 for suspects)
+    rounds: int
+    wall_s: float
+    reprobed: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def longest_probe_s(self) -> float:
+        """Longest single-node probe time in the run (for overhead accounting)."""
+        return max((p.duration_s for p in self.probes.values()), default=0.0)
+
+
+def _ok(res: CommandResult, what: str) -> CommandResult:
+    """Raise a one-line ProbeError for a non-zero exit, naming the first stderr line."""
+    if res.exit_status != 0:
+        first = next((ln for ln in res.stderr.splitlines() if ln.strip()), "")
+        raise ProbeError(res.host, f"{what} exited {res.exit_status}", first or res.stdout)
+    return res
+
+
+async def _facts(transport: Transport, node: str, policy: Policy) -> NodeFacts | None:
+    """Facts are explanations, not evidence: failing to get them never fails the node."""
+    try:
+        res = await transport.run(
+            node, facts_argv(policy.probe.target), timeout=policy.transport.command_timeout_s
+        )
+        return parse_facts(res.stdout, node)
+    except (ProbeError, TransportError):
+        return None
+
+
+async def probe_node(
+    transport: Transport, node: str, policy: Policy, jobs: Sequence[str] = JOBS
+) -> NodeProbe:
+    """Run preflight, facts, fio and iostat on one node; errors become an UNKNOWN probe."""
+    t0 = time.monotonic()
+    pp = policy.probe
+    slack = policy.transport.command_timeout_s
+    try:
+        pre_res, facts = await asyncio.gather(
+            transport.run(node, preflight_argv(pp.target), timeout=slack),
+            _facts(transport, node, policy) if pp.facts else _none(),
+        )
+        pre = parse_preflight(pre_res.stdout, pre_res.exit_status, node, pp)
+        expected = probe_duration_s(pp, jobs)
+        fio_task = transport.run(node, fio_argv(pp, jobs), timeout=expected + slack)
+        mon: Awaitable[CommandResult | None] = _none()
+        if pre.iostat:
+            count = math.ceil(expected / pp.iostat_interval_s) + 1
+            devices = [facts.device] if facts and facts.device else []
+            mon = transport.run(
+                node,
+                iostat_argv(pp.iostat_interval_s, count, devices),
+                timeout=expected + slack,
+            )
+        fio_res, io_res = await asyncio.gather(fio_task, mon, return_exceptions=True)
+        if isinstance(fio_res, BaseException):
+            raise fio_res
+        run = parse_fio(_ok(fio_res, "fio").stdout, node)
+        samples = ()
+        raw_iostat = ""
+        if isinstance(io_res, CommandResult) and io_res.exit_status == 0:
+            raw_iostat = io_res.stdout
+            try:
+                samples = parse_iostat(io_res.stdout, node)
+            except ProbeError:
+                samples = ()  # monitoring is supporting evidence; the fio figures stand
+        return NodeProbe(
+            node=node,
+            seq_write=run.job("seq_write"),
+            seq_read=run.job("seq_read"),
+            rand_read=run.job("rand_read"),
+            fio_version=run.fio_version,
+            iostat=samples,
+            facts=facts,
+            duration_s=time.monotonic() - t0,
+            raw_fio=fio_res.stdout,
+            raw_iostat=raw_iostat,
+        )
+    except TransportError as exc:
+        return _failed(node, exc.kind, str(exc), t0)
+    except ProbeError as exc:
+        return _failed(node, "probe", str(exc), t0)
+
+
+def _failed(node: str, kind: str, message: str, t0: float) -> NodeProbe:
+    return NodeProbe(node=node, error=message, error_kind=kind, duration_s=time.monotonic() - t0)
+
+
+async def _none() -> None:
+    return None
+
+
+async def probe_all(
+    transport: Transport,
+    nodes: Sequence[str],
+    policy: Policy,
+    round_no: int,
+    on_done: NodeDone | None = None,
+) -> list[NodeProbe]:
+    """Probe every node in parallel (bounded by ``transport.concurrency``), order kept."""
+    gate = asyncio.Semaphore(policy.transport.concurrency)
+
+    async def one(node: str) -> NodeProbe:
+        async with gate:
+            p = await probe_node(transport, node, policy)
+        if on_done is not None:
+            on_done(round_no, p)
+        return p
+
+    return list(await asyncio.gather(*(one(n) for n in nodes)))
+
+
+async def screen(
+    nodes: Sequence[str],
+    policy: Policy,
+    transport: Transport,
+    store: RunStore | None,
+    *,
+    trigger: Trigger = Trigger.MANUAL,
+    job_id: str | None = None,
+    nodeset: str = "",
+    clock: Clock | None = None,
+    on_done: NodeDone | None = None,
+    between_rounds: BetweenRounds | None = None,
+) -> ScreenResult:
+    """Screen ``nodes``: probe, judge against peers and history, confirm suspects, store."""
+    clock = clock or SystemClock()
+    t0 = time.monotonic()
+    run_id = None
+    if store is not None:
+        run_id = store.start_run(
+            trigger, nodes, policy.to_dict(), job_id, nodeset or ",".join(nodes), clock.now()
+        )
+    try:
+        history = {
+            n: store.read_history(n, policy.verdict.history_runs) if store else [] for n in nodes
+        }
+        first = await probe_all(transport, nodes, policy, 1, on_done)
+        _record(store, run_id, first, 1)
+        summary = evaluate(first, history, policy.verdict)
+        final = {p.node: p for p in first}
+        again = suspects(summary) if policy.verdict.confirm else []
+        rounds = 1
+        if again:
+            if between_rounds is not None:
+                await between_rounds(summary)
+            second = await probe_all(transport, again, policy, 2, on_done)
+            _record(store, run_id, second, 2)
+            final.update({p.node: p for p in second})
+            summary = confirm(summary, evaluate(list(final.values()), history, policy.verdict))
+            rounds = 2
+        if store is not None and run_id is not None:
+            store.record_verdicts(run_id, summary)
+            store.finish_run(run_id, clock.now(), "done")
+    except BaseException:
+        if store is not None and run_id is not None:
+            _finish_failed(store, run_id, clock)
+        raise
+    return ScreenResult(
+        run_id=run_id,
+        summary=summary,
+        probes=final,
+        rounds=rounds,
+        wall_s=time.monotonic() - t0,
+        reprobed=tuple(again),
+    )
+
+
+def _record(
+    store: RunStore | None, run_id: int | None, probes: Sequence[NodeProbe], rnd: int
+) -> None:
+    if store is not None and run_id is not None:
+        for p in probes:
+            store.record_probe(run_id, p, rnd)
+
+
+def _finish_failed(store: RunStore, run_id: int, clock: Clock) -> None:
+    """Mark a run failed without masking the error that interrupted it."""
+    with contextlib.suppress(ScreenerError):
+        store.finish_run(run_id, clock.now(), "failed")

@@ -1,0 +1,133 @@
+"""Turn a ScreenResult into what the CLI prints: a rich table or a JSON document."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+from rich.table import Table
+
+from screener.model import NodeProbe, Status, Verdict
+from screener.pipeline import NodeDone, ScreenResult
+
+_STYLE = {
+    Status.OK: "green",
+    Status.SLOW_READ: "bold red",
+    Status.SLOW_WRITE: "bold red",
+    Status.DEGRADED: "yellow",
+    Status.UNKNOWN: "magenta",
+}
+
+
+def _num(value: float | None, fmt: str) -> str:
+    return "-" if value is None else format(value, fmt)
+
+
+def verdict_table(result: ScreenResult) -> Table:
+    """One row per node: figures, z-score, status and the one-line reason."""
+    title = f"screener run {result.run_id}" if result.run_id is not None else "screener run"
+    table = Table(title=title, title_justify="left")
+    for name, justify in [
+        ("node", "left"),
+        ("read MB/s", "right"),
+        ("write MB/s", "right"),
+        ("W/R", "right"),
+        ("4k IOPS", "right"),
+        ("read p99 ms", "right"),
+        ("z(read)", "right"),
+        ("status", "left"),
+        ("reason", "left"),
+    ]:
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    for v in result.summary.verdicts:
+        table.add_row(
+            v.node,
+            _num(v.read_mb_s, ",.0f"),
+            _num(v.write_mb_s, ",.0f"),
+            _num(v.ratio, ".2f"),
+            _num(v.rand_read_iops, ",.0f"),
+            _num(v.read_p99_ms, ".2f"),
+            _num(v.z_read, ".1f"),
+            f"[{_STYLE[v.status]}]{v.status.value}[/]",
+            v.reason,
+        )
+    return table
+
+
+def summary_line(result: ScreenResult) -> str:
+    """'8 nodes: 7 OK, 1 SLOW_READ; re-probed node03; 14.2 s' plus the shared-cause flag."""
+    counts = Counter(v.status.value for v in result.summary.verdicts)
+    parts = [f"{n} {s}" for s, n in sorted(counts.items())]
+    line = f"{len(result.summary.verdicts)} nodes: {', '.join(parts)}"
+    if result.reprobed:
+        line += f"; re-probed {','.join(result.reprobed)}"
+    if result.summary.shared_cause:
+        line += f"; SHARED CAUSE: {result.summary.shared_cause_reason}"
+    return line + f"; {result.wall_s:.1f} s"
+
+
+def print_result(result: ScreenResult, console: Console) -> None:
+    """Human output: the table, then the summary line."""
+    console.print(verdict_table(result))
+    console.print(summary_line(result))
+
+
+def _verdict_dict(v: Verdict) -> dict[str, Any]:
+    d = dataclasses.asdict(v)
+    d["status"] = v.status.value
+    d["signals"] = list(v.signals)
+    return d
+
+
+def result_json(result: ScreenResult) -> str:
+    """Machine output for --json: everything in the table plus run-level fields."""
+    s = result.summary
+    doc = {
+        "run_id": result.run_id,
+        "rounds": result.rounds,
+        "reprobed": list(result.reprobed),
+        "wall_s": round(result.wall_s, 3),
+        "shared_cause": s.shared_cause,
+        "shared_cause_reason": s.shared_cause_reason,
+        "peer_read_median_mb_s": s.peer_read_median_mb_s,
+        "peer_rand_median_iops": s.peer_rand_median_iops,
+        "nodes": [
+            _verdict_dict(v) | {"probe_s": round(result.probes[v.node].duration_s, 3)}
+            for v in s.verdicts
+        ],
+    }
+    return json.dumps(doc, indent=2, default=str)
+
+
+def any_slow(result: ScreenResult) -> bool:
+    """True when at least one node ended SLOW_READ or SLOW_WRITE."""
+    return any(v.status in (Status.SLOW_READ, Status.SLOW_WRITE) for v in result.summary.verdicts)
+
+
+@contextlib.contextmanager
+def progress(console: Console, total: int, *, enabled: bool) -> Iterator[NodeDone | None]:
+    """A progress bar on a terminal; yields the per-node callback (None when off or piped)."""
+    if not enabled or not console.is_terminal:
+        yield None
+        return
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        console=console,
+        transient=True,
+    ) as bar:
+        task = bar.add_task("probing", total=total)
+
+        def on_done(round_no: int, probe: NodeProbe) -> None:
+            if round_no == 2 and bar.tasks[task].description != "re-probing suspects":
+                bar.update(task, description="re-probing suspects", completed=0)
+            bar.advance(task)
+
+        yield on_done
