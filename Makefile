@@ -54,7 +54,7 @@ unit: venv
 	$(PY) -m pytest -ra -m "not cluster and not postgres"
 
 demo: deps
-	$(PY) -m screener.demo
+	$(PY) -m deploy.demo
 
 bench: deps
 	$(PY) bench/dispatch.py

@@ -74,17 +74,20 @@ def _db(args: argparse.Namespace, console: Console) -> int:
     from screener.store.migrate import current_revision, upgrade
 
     url = database_url(load_policy(args.config))
-    if args.action == "upgrade":
-        console.print(f"database at revision {upgrade(url)}")
-    else:
-        console.print(f"database at revision {current_revision(url)}")
+    revision = upgrade(url) if args.action == "upgrade" else current_revision(url)
+    console.print(
+        f"database at revision {revision}"
+        if revision
+        else "database is not initialised: run `screener db upgrade`"
+    )
     return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `screener` console script."""
     args = _parser().parse_args(argv)
-    console = Console()
+    # Piped output (logs, `| less`) gets a wide table instead of rich's 80-column default.
+    console = Console(width=None if sys.stdout.isatty() else 200)
     try:
         if args.command == "screen":
             return _screen(args, console)

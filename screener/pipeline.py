@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -16,11 +15,11 @@ from datetime import UTC, datetime
 from typing import Protocol
 
 from screener.errors import ProbeError, ScreenerError, TransportError
-from screener.model import NodeFacts, NodeProbe, RunSummary, Trigger
+from screener.model import IostatSample, NodeFacts, NodeProbe, RunSummary, Trigger
 from screener.policy import Policy
 from screener.probe.facts import facts_argv, parse_facts
-from screener.probe.fio import JOBS, fio_argv, parse_fio, probe_duration_s
-from screener.probe.iostat import iostat_argv, parse_iostat
+from screener.probe.fio import fio_argv, layout_argv, parse_fio, policy_jobs, probe_duration_s
+from screener.probe.iostat import iostat_argv, iostat_count, parse_iostat
 from screener.probe.preflight import parse_preflight, preflight_argv
 from screener.transport.base import CommandResult, Transport
 from screener.verdict import confirm, evaluate, suspects
@@ -58,7 +57,7 @@ class RunStore(Protocol):
 
     def finish_run(self, run_id: int, finished_at: datetime, status: str = "done") -> None: ...
 
-    def read_history(self, node: str, limit: int) -> list[float]: ...
+    def read_histories(self, nodes: Sequence[str], limit: int) -> dict[str, list[float]]: ...
 
 
 NodeDone = Callable[[int, NodeProbe], None]  # (round, probe) -> None, for progress bars
@@ -101,12 +100,11 @@ async def _facts(transport: Transport, node: str, policy: Policy) -> NodeFacts |
         return None
 
 
-async def probe_node(
-    transport: Transport, node: str, policy: Policy, jobs: Sequence[str] = JOBS
-) -> NodeProbe:
+async def probe_node(transport: Transport, node: str, policy: Policy) -> NodeProbe:
     """Run preflight, facts, fio and iostat on one node; errors become an UNKNOWN probe."""
     t0 = time.monotonic()
     pp = policy.probe
+    jobs = policy_jobs(pp)
     slack = policy.transport.command_timeout_s
     try:
         pre_res, facts = await asyncio.gather(
@@ -114,29 +112,35 @@ async def probe_node(
             _facts(transport, node, policy) if pp.facts else _none(),
         )
         pre = parse_preflight(pre_res.stdout, pre_res.exit_status, node, pp)
+        if pre.probe_file_mib < pp.size_mib:
+            # First probe on this node: write the region once, outside the timed window.
+            lay = await transport.run(node, layout_argv(pp), timeout=slack + pp.size_mib / 10)
+            _ok(lay, "fio layout")
         expected = probe_duration_s(pp, jobs)
         fio_task = transport.run(node, fio_argv(pp, jobs), timeout=expected + slack)
-        mon: Awaitable[CommandResult | None] = _none()
-        if pre.iostat:
-            count = math.ceil(expected / pp.iostat_interval_s) + 1
+        mon: Awaitable[CommandResult | None]
+        if not pre.iostat:
+            mon = _none()
+        else:
             devices = [facts.device] if facts and facts.device else []
             mon = transport.run(
                 node,
-                iostat_argv(pp.iostat_interval_s, count, devices),
+                iostat_argv(
+                    pp.iostat_interval_s, iostat_count(expected, pp.iostat_interval_s), devices
+                ),
                 timeout=expected + slack,
             )
         fio_res, io_res = await asyncio.gather(fio_task, mon, return_exceptions=True)
         if isinstance(fio_res, BaseException):
             raise fio_res
-        run = parse_fio(_ok(fio_res, "fio").stdout, node)
-        samples = ()
-        raw_iostat = ""
-        if isinstance(io_res, CommandResult) and io_res.exit_status == 0:
-            raw_iostat = io_res.stdout
-            try:
-                samples = parse_iostat(io_res.stdout, node)
-            except ProbeError:
-                samples = ()  # monitoring is supporting evidence; the fio figures stand
+        try:
+            run = parse_fio(fio_res.stdout, node)
+        except ProbeError:
+            if "{" not in fio_res.stdout:
+                _ok(fio_res, "fio")  # no JSON at all: fio's stderr says why
+            raise
+        _ok(fio_res, "fio")
+        samples, raw_iostat = _monitor(io_res, node)
         return NodeProbe(
             node=node,
             seq_write=run.job("seq_write"),
@@ -153,6 +157,22 @@ async def probe_node(
         return _failed(node, exc.kind, str(exc), t0)
     except ProbeError as exc:
         return _failed(node, "probe", str(exc), t0)
+
+
+def _monitor(
+    res: CommandResult | BaseException | None, node: str
+) -> tuple[tuple[IostatSample, ...], str]:
+    """iostat samples and raw text; monitoring is supporting evidence, so losing it is fine.
+
+    The exit status is not checked: iostat cut short by a signal still printed every
+    complete interval, and parse_iostat keeps those.
+    """
+    if not isinstance(res, CommandResult):
+        return (), ""
+    try:
+        return parse_iostat(res.stdout, node), res.stdout
+    except ProbeError:
+        return (), res.stdout
 
 
 def _failed(node: str, kind: str, message: str, t0: float) -> NodeProbe:
@@ -205,9 +225,7 @@ async def screen(
             trigger, nodes, policy.to_dict(), job_id, nodeset or ",".join(nodes), clock.now()
         )
     try:
-        history = {
-            n: store.read_history(n, policy.verdict.history_runs) if store else [] for n in nodes
-        }
+        history = store.read_histories(nodes, policy.verdict.history_runs) if store else {}
         first = await probe_all(transport, nodes, policy, 1, on_done)
         _record(store, run_id, first, 1)
         summary = evaluate(first, history, policy.verdict)

@@ -68,7 +68,6 @@ class TransportPolicy:
     ssh_config: str | None = None  # path; ~/.ssh/config when None
     known_hosts: str | None = None  # path; ~/.ssh/known_hosts when None (strict either way)
     client_keys: tuple[str, ...] = ()  # private key paths; ssh defaults when empty
-    remote_screener: str | None = None  # unused by screen; reserved for per-node agents
 
 
 @dataclass(frozen=True)

@@ -33,18 +33,10 @@ def verdict_table(result: ScreenResult) -> Table:
     """One row per node: figures, z-score, status and the one-line reason."""
     title = f"screener run {result.run_id}" if result.run_id is not None else "screener run"
     table = Table(title=title, title_justify="left")
-    for name, justify in [
-        ("node", "left"),
-        ("read MB/s", "right"),
-        ("write MB/s", "right"),
-        ("W/R", "right"),
-        ("4k IOPS", "right"),
-        ("read p99 ms", "right"),
-        ("z(read)", "right"),
-        ("status", "left"),
-        ("reason", "left"),
-    ]:
-        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    for name in ("node", "read MB/s", "write MB/s", "W/R", "4k IOPS", "read p99 ms", "z(read)"):
+        table.add_column(name, justify="left" if name == "node" else "right", no_wrap=True)
+    table.add_column("status", no_wrap=True)
+    table.add_column("reason", overflow="fold", min_width=30)
     for v in result.summary.verdicts:
         table.add_row(
             v.node,

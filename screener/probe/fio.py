@@ -1,0 +1,442 @@
+"""fio recipe and parser: build the one fio command a node runs, read its JSON+ back.
+
+Pure: nothing here starts a process. The argv goes to the transport; its stdout comes back
+to :func:`parse_fio`, which turns it into a :class:`~screener.model.FioRun`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from screener.errors import ConfigError, ProbeError
+from screener.model import FioJobResult, FioRun
+from screener.policy import ProbePolicy
+
+JOBS = ("seq_write", "seq_read", "rand_read")
+PROBE_FILE = ".screener-probe"  # name of the probe file inside policy.target
+SLOW_NS = 100e6  # an I/O completing in >= 100 ms is a "slow op" (seed 001)
+
+_BS_RE = re.compile(r"^[1-9][0-9]*[kKmM]?$")
+_ENGINES = ("libaio", "io_uring")
+
+
+def probe_file(policy: ProbePolicy) -> str:
+    """Path of the region fio writes then reads back on the node."""
+    return f"{policy.target.rstrip('/')}/{PROBE_FILE}"
+
+
+def cleanup_argv(policy: ProbePolicy) -> list[str]:
+    """Remove the probe file (after the last probe of a run; re-probes reuse it)."""
+    _check_policy(policy)
+    # -f: a missing file is not an error; "--": the path can never be read as an option.
+    return ["rm", "-f", "--", probe_file(policy)]
+
+
+def policy_jobs(policy: ProbePolicy) -> tuple[str, ...]:
+    """The jobs a first probe runs under ``policy`` (rand_read can be switched off)."""
+    return JOBS if policy.rand_read else JOBS[:2]
+
+
+def fio_argv(policy: ProbePolicy, jobs: Sequence[str] = JOBS, fio: str = "fio") -> list[str]:
+    """One fio invocation running ``jobs`` one after the other on the probe file.
+
+    seq_write preconditions the region (see ``--overwrite``), so it must come first in a
+    first probe. A confirmation re-probe may run only ``("seq_read", "rand_read")``: it then
+    reads the region the earlier seq_write left behind. Should that file be gone, fio lays it
+    out again (it writes the whole file before any read job starts), so reads never hit
+    never-written blocks either way; the layout time is then extra to
+    :func:`probe_duration_s`.
+    """
+    _check_policy(policy)
+    jobs = _check_jobs(jobs)
+    if not fio or fio.startswith("-") or any(c in fio for c in "\0\n"):
+        raise ConfigError(f"invalid fio command {fio!r}")
+    argv = [
+        fio,
+        # Machine-readable result; json+ adds the completion-latency bins from which the
+        # fraction of I/Os >= 100 ms is counted exactly instead of guessed from percentiles.
+        "--output-format=json+",
+        # No progress lines: if the transport ever allocates a tty, ETA lines would otherwise
+        # be interleaved with the JSON on stdout.
+        "--eta=never",
+        # One file in the target filesystem; ':' separates file names in fio, so escape it.
+        f"--filename={_fio_escape(probe_file(policy))}",
+        # Region size in bytes (no suffix, so fio's kb_base cannot change its meaning).
+        f"--size={policy.size_mib * 1024 * 1024}",
+        # O_DIRECT: measure the device, not the page cache that absorbs writes and serves
+        # re-reads (seeds 000/004: buffered figures made writes look 3x faster than reads).
+        "--direct=1",
+        # Drop any cached pages of the file before each job (fio's layout writes are
+        # buffered); with direct=1 this keeps stale cache out of the first reads too.
+        "--invalidate=1",
+        # Asynchronous engine so iodepth really keeps that many I/Os in flight (the sync
+        # engines silently cap the queue depth at 1, seed 000).
+        f"--ioengine={policy.ioengine}",
+        # Queue depth that fills an NVMe queue; QD1 under-reports NVMe badly (seed 000).
+        f"--iodepth={policy.iodepth}",
+        # Fixed wall time per job whatever the device speed, so a slow node stretches the
+        # probe only by the drain of its in-flight I/O (measured: a 1 s job whose reads
+        # took 2-3 s each ended after 2.9 s); sequential jobs wrap around the region.
+        "--time_based",
+        # Warm-up discarded from the figures (queue fill, first-touch effects).
+        f"--ramp_time={_ms(policy.ramp_s)}",
+        f"--runtime={_ms(policy.runtime_s)}",
+        # Fresh random offsets each run: a re-probe is an independent sample, not a replay
+        # of offsets the drive may still hold in its internal read cache.
+        "--randrepeat=0",
+        # Do not track which blocks were already read: time-based random reads need no
+        # full coverage, and the map costs memory and CPU for large regions.
+        "--norandommap",
+        # Only the percentiles the verdict uses (plus 90/99.99 for humans reading raw JSON).
+        "--percentile_list=50:90:99:99.9:99.99",
+        # No --group_reporting: each stonewalled job is its own group anyway, and keeping
+        # per-job reports makes the job name the key the parser looks up.
+    ]
+    for i, job in enumerate(jobs):
+        argv.append(f"--name={job}")
+        if i > 0:
+            # Wait for the previous job to finish: jobs must not overlap, or reads would be
+            # measured while writes compete for the same device.
+            argv.append("--stonewall")
+        argv.extend(_JOB_OPTIONS[job](policy))
+    return argv
+
+
+def layout_argv(policy: ProbePolicy, fio: str = "fio") -> list[str]:
+    """Write the probe region once, outside the measured run (first probe on a node).
+
+    Kept separate so the timed run and the iostat window beside it cover only the jobs:
+    fio's layout is buffered and fsynced, and took 9 s for 1 GiB on the loop-backed VM.
+    """
+    # Only seq_write carries --overwrite=1, the option that makes the layout write real data.
+    # --create_only: run fio's setup phase (the layout) and no job.
+    return [*fio_argv(policy, ("seq_write",), fio), "--create_only=1"]
+
+
+def _seq_write(policy: ProbePolicy) -> list[str]:
+    return [
+        "--rw=write",
+        f"--bs={policy.seq_bs}",
+        # Lay the whole file out with real data before the job starts (and make later
+        # writes true overwrites): reads that follow then read written blocks, never the
+        # unwritten extents an SSD or ext4 answers without touching flash.
+        "--overwrite=1",
+    ]
+
+
+def _seq_read(policy: ProbePolicy) -> list[str]:
+    return ["--rw=read", f"--bs={policy.seq_bs}"]
+
+
+def _rand_read(policy: ProbePolicy) -> list[str]:
+    return ["--rw=randread", f"--bs={policy.rand_bs}"]
+
+
+_JOB_OPTIONS = {"seq_write": _seq_write, "seq_read": _seq_read, "rand_read": _rand_read}
+
+
+def probe_duration_s(policy: ProbePolicy, jobs: Sequence[str] = JOBS) -> float:
+    """Expected wall seconds of :func:`fio_argv`'s run: ramp + runtime for each job.
+
+    Excludes fio's one-off file layout (a first probe writes ``size_mib`` buffered and
+    fsyncs it before starting: about size / write bandwidth on NVMe, but 9-30 s for 1 GiB
+    on the loop-backed test VM where the fsync lands on the VM disk) and the drain of
+    in-flight I/O at the end, so give timeouts generous slack.
+    """
+    return len(_check_jobs(jobs)) * (policy.ramp_s + policy.runtime_s)
+
+
+def _check_jobs(jobs: Sequence[str]) -> tuple[str, ...]:
+    names = tuple(jobs)
+    if isinstance(jobs, str) or not names:
+        raise ConfigError("fio jobs must be a non-empty list of job names")
+    unknown = [j for j in names if j not in JOBS]
+    if unknown:
+        raise ConfigError(f"unknown fio job {unknown[0]!r} (known: {', '.join(JOBS)})")
+    if len(set(names)) != len(names):
+        raise ConfigError("fio jobs must not repeat")
+    return names
+
+
+def _check_policy(p: ProbePolicy) -> None:
+    """Reject values that would make a wrong or unsafe fio command line."""
+    if p.ioengine not in _ENGINES:
+        raise ConfigError(f"probe.ioengine must be one of {', '.join(_ENGINES)}")
+    for key, bs in (("seq_bs", p.seq_bs), ("rand_bs", p.rand_bs)):
+        if not _BS_RE.match(bs):
+            raise ConfigError(f"probe.{key} {bs!r} is not a block size like 4k or 1M")
+    if not p.target.startswith("/") or any(c in p.target for c in "\0\n"):
+        raise ConfigError("probe.target must be an absolute path")
+    if p.size_mib <= 0 or p.iodepth < 1 or p.runtime_s <= 0 or p.ramp_s < 0:
+        raise ConfigError("probe size, iodepth and runtime must be positive, ramp >= 0")
+
+
+def _ms(seconds: float) -> str:
+    """fio time value in whole milliseconds ('1500ms'); fio accepts the ms suffix."""
+    return f"{round(seconds * 1000)}ms"
+
+
+def _fio_escape(path: str) -> str:
+    r"""fio splits --filename on ':'; a literal colon is written '\:'."""
+    return path.replace(":", "\\:")
+
+
+# --------------------------------------------------------------------------- parsing
+
+_READ_RW = {"read", "randread"}
+_WRITE_RW = {"write", "randwrite", "trimwrite"}
+
+
+def parse_fio(text: str, node: str) -> FioRun:
+    """Parse fio JSON/JSON+ output (fio 2.x and 3.x) into a :class:`FioRun`.
+
+    Lines fio prints before or after the document ("fio: ...", "note: ...") are skipped.
+    Anything unusable raises :class:`ProbeError` naming ``node``.
+    """
+    doc = _find_document(text, node)
+    jobs = doc.get("jobs")
+    if not isinstance(jobs, list) or not jobs:
+        raise ProbeError(node, "fio output has no jobs", text)
+    version = doc.get("fio version")
+    globals_ = doc.get("global options")
+    gopts = globals_ if isinstance(globals_, dict) else {}
+    results = tuple(_parse_job(job, gopts, node) for job in jobs)
+    return FioRun(fio_version=version if isinstance(version, str) else "unknown", jobs=results)
+
+
+def _find_document(text: str, node: str) -> dict[str, Any]:
+    """fio's report: the first object opening at column 0 with "jobs" in it.
+
+    Nested objects of fio's pretty-printed JSON are indented, so only column-0 braces are
+    candidates; warning lines before and after the document are skipped.
+    """
+    decoder = json.JSONDecoder()
+    starts = [m.start() for m in re.finditer(r"^\{", text, re.MULTILINE)]
+    if not starts:
+        raise ProbeError(node, "no JSON document in fio output", text)
+    first: dict[str, Any] | None = None
+    for start in starts:
+        try:
+            obj, _ = decoder.raw_decode(text, start)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(obj, dict):
+            if "jobs" in obj:
+                return obj
+            first = obj if first is None else first
+    if first is not None:
+        return first  # some JSON object, but no fio report: parse_fio says what is missing
+    raise ProbeError(node, "fio output is not valid JSON (truncated?)", text[starts[0] :])
+
+
+def _parse_job(job: Any, gopts: Mapping[str, Any], node: str) -> FioJobResult:
+    if not isinstance(job, dict) or not isinstance(job.get("jobname"), str):
+        raise ProbeError(node, "fio job without a jobname", json.dumps(job)[:200])
+    name: str = job["jobname"]
+    rw = _job_rw(job, gopts)
+    side_name = _direction(rw, job)
+    side = job.get(side_name)
+    if not isinstance(side, dict):
+        raise ProbeError(node, f"fio job {name} has no {side_name} section")
+    error = _int(job.get("error", 0), node, f"job {name} error")
+    runtime_ms = _num(_need(side, "runtime", node, name), node, f"job {name} runtime")
+    iops = _num(_need(side, "iops", node, name), node, f"job {name} iops")
+    bw = _bandwidth(side, node, name)
+    clat, scale = _clat(side, node, name)
+    total = side.get("total_ios", clat.get("N"))
+    if total is None:
+        raise ProbeError(node, f"fio job {name} has neither total_ios nor clat N")
+    total_ios = _int(total, node, f"job {name} total_ios")
+    if total_ios == 0 and (runtime_ms <= 0 or error):
+        # Failed, not slow: no figures at all (a stuck device still has runtime, error 0).
+        why = f"error {error}: {os.strerror(error)}" if error else "no runtime, no I/O"
+        verb = "did not run" if runtime_ms <= 0 else "failed"
+        raise ProbeError(node, f"fio job {name} {verb} ({why})")
+    bins = _bins(clat.get("bins"), scale, node, name)
+    pct = _percentiles(clat.get("percentile"), scale, node, name)
+    if total_ios == 0:
+        # Nothing completed within the run: every I/O in flight took longer than the run.
+        stuck = runtime_ms * 1e6
+        lat = {50.0: stuck, 99.0: stuck, 99.9: stuck}
+        mean = stuck
+        slow = 1.0 if stuck >= SLOW_NS else 0.0
+    else:
+        lat = {p: _quantile(p, pct, bins, node, name) for p in (50.0, 99.0, 99.9)}
+        mean = _num(clat.get("mean", 0.0), node, f"job {name} clat mean") * scale
+        slow = _slow_fraction(bins) if bins else _slow_from_percentiles(pct)
+    return FioJobResult(
+        name=name,
+        rw=rw,
+        bw_bytes=bw,
+        iops=iops,
+        total_ios=total_ios,
+        runtime_ms=runtime_ms,
+        lat_mean_ns=mean,
+        lat_p50_ns=lat[50.0],
+        lat_p99_ns=lat[99.0],
+        lat_p999_ns=lat[99.9],
+        slow_fraction=slow,
+        error=error,
+    )
+
+
+def _job_rw(job: Mapping[str, Any], gopts: Mapping[str, Any]) -> str:
+    """fio's rw= for the job: its own option, else the global one, else ''."""
+    opts = job.get("job options")
+    for source in (opts if isinstance(opts, dict) else {}, gopts):
+        rw = source.get("rw", source.get("readwrite"))
+        if isinstance(rw, str) and rw:
+            return rw
+    return ""
+
+
+def _direction(rw: str, job: Mapping[str, Any]) -> str:
+    """'read' or 'write': the side matching rw; mixed or unknown rw -> side with more I/O."""
+    if rw in _READ_RW:
+        return "read"
+    if rw in _WRITE_RW:
+        return "write"
+
+    def ios(side: str) -> float:
+        d = job.get(side)
+        if not isinstance(d, dict):
+            return -1.0
+        v = d.get("total_ios", d.get("io_bytes", 0))
+        return float(v) if isinstance(v, int | float) else 0.0
+
+    return "read" if ios("read") >= ios("write") else "write"
+
+
+def _bandwidth(side: Mapping[str, Any], node: str, name: str) -> float:
+    """Bytes/s: fio 3 ``bw_bytes``, else fio 2's ``bw`` (KiB/s)."""
+    if "bw_bytes" in side:
+        return _num(side["bw_bytes"], node, f"job {name} bw_bytes")
+    if "bw" in side:
+        return _num(side["bw"], node, f"job {name} bw") * 1024.0
+    raise ProbeError(node, f"fio job {name} has no bandwidth (bw_bytes/bw)")
+
+
+def _clat(side: Mapping[str, Any], node: str, name: str) -> tuple[dict[str, Any], float]:
+    """Completion-latency block and its factor to ns (fio 3 ``clat_ns``; fio 2 ``clat`` us)."""
+    for key, scale in (("clat_ns", 1.0), ("clat", 1000.0)):
+        block = side.get(key)
+        if isinstance(block, dict):
+            return block, scale
+    raise ProbeError(node, f"fio job {name} has no completion latency (clat_ns/clat)")
+
+
+def _bins(raw: Any, scale: float, node: str, name: str) -> list[tuple[float, int]]:
+    """json+ latency histogram as sorted (latency ns, count) pairs.
+
+    fio >= 3.0 keys each bin by its latency in ns. fio 2.x keyed bins by bucket index and
+    added FIO_IO_U_PLAT_BITS/FIO_IO_U_PLAT_VAL; the index is mapped to the bucket's
+    latency (us) with fio's own plat_idx_to_val. Plain keyed-by-value usec bins also work.
+    """
+    if raw is None:
+        return []
+    if not isinstance(raw, dict):
+        raise ProbeError(node, f"fio job {name}: latency bins are not an object")
+    indexed = "FIO_IO_U_PLAT_BITS" in raw
+    bits = _int(raw.get("FIO_IO_U_PLAT_BITS", 6), node, "FIO_IO_U_PLAT_BITS")
+    out: list[tuple[float, int]] = []
+    for key, count in raw.items():
+        if key.startswith("FIO_"):
+            continue
+        try:
+            value = _plat_idx_to_val(int(key), bits) if indexed else float(key)
+        except ValueError:
+            raise ProbeError(node, f"fio job {name}: bad latency bin key {key!r}") from None
+        n = _int(count, node, f"job {name} bin count")
+        if n:
+            out.append((value * scale, n))
+    return sorted(out)
+
+
+def _plat_idx_to_val(idx: int, bits: int) -> float:
+    """fio's stat.c plat_idx_to_val: the middle of histogram bucket ``idx``."""
+    val = 1 << bits
+    if idx < (val << 1):
+        return float(idx)
+    error_bits = (idx >> bits) - 1
+    base = 1 << (error_bits + bits)
+    k = idx % val
+    return base + (k + 0.5) * (1 << error_bits)
+
+
+def _percentiles(raw: Any, scale: float, node: str, name: str) -> dict[float, float]:
+    """{percentile: latency ns} from fio's ``percentile`` object ('99.000000': value)."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise ProbeError(node, f"fio job {name}: percentiles are not an object")
+    out: dict[float, float] = {}
+    for key, value in raw.items():
+        try:
+            p = float(key)
+        except ValueError:
+            raise ProbeError(node, f"fio job {name}: bad percentile key {key!r}") from None
+        out[p] = _num(value, node, f"job {name} percentile {key}") * scale
+    return out
+
+
+def _quantile(
+    p: float, pct: Mapping[float, float], bins: list[tuple[float, int]], node: str, name: str
+) -> float:
+    """Latency at percentile ``p``: fio's own figure, else computed from the bins."""
+    for key, value in pct.items():
+        if math.isclose(key, p, abs_tol=1e-6):
+            return value
+    if bins:
+        total = sum(n for _, n in bins)
+        rank = math.ceil(total * p / 100.0)
+        seen = 0
+        for value, n in bins:
+            seen += n
+            if seen >= rank:
+                return value
+        return bins[-1][0]
+    raise ProbeError(node, f"fio job {name} has no p{p:g} latency (no percentiles, no bins)")
+
+
+def _slow_fraction(bins: list[tuple[float, int]]) -> float:
+    """Exact share of I/Os whose completion latency bucket is >= 100 ms.
+
+    fio's buckets are ~1.6% wide (FIO_IO_U_PLAT_BITS=6), so the edge is that precise.
+    """
+    total = sum(n for _, n in bins)
+    slow = sum(n for value, n in bins if value >= SLOW_NS)
+    return slow / total if total else 0.0
+
+
+def _slow_from_percentiles(pct: Mapping[float, float]) -> float:
+    """Lower bound of the slow share when only percentiles exist (plain json output).
+
+    If the p-th percentile is >= 100 ms then at least (100 - p)% of I/Os are that slow; the
+    smallest such p gives the tightest bound. A lower bound never overstates slowness, so
+    without bins a node can only look healthier than it is, never sicker.
+    """
+    slow_ps = [p for p, v in pct.items() if v >= SLOW_NS]
+    return (100.0 - min(slow_ps)) / 100.0 if slow_ps else 0.0
+
+
+def _need(side: Mapping[str, Any], key: str, node: str, name: str) -> Any:
+    if key not in side:
+        raise ProbeError(node, f"fio job {name} lacks {key!r}")
+    return side[key]
+
+
+def _num(value: Any, node: str, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ProbeError(node, f"fio {what} is not a number", repr(value))
+    return float(value)
+
+
+def _int(value: Any, node: str, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ProbeError(node, f"fio {what} is not a number", repr(value))
+    return int(value)

@@ -1,0 +1,19 @@
+"""Results database: SQLAlchemy 2 models, Alembic migrations, and the Store API.
+
+SQLite is the embedded default, PostgreSQL the production backend; both are tested.
+``screener db upgrade/current`` use screener.store.migrate (imported on demand: Alembic
+is slow to import and a store at head never needs it).
+"""
+
+from screener.store.rows import EventRow, FlakyRow, LatestVerdictRow, NodeHistoryRow, RunRow
+from screener.store.store import Store, open_store
+
+__all__ = [
+    "EventRow",
+    "FlakyRow",
+    "LatestVerdictRow",
+    "NodeHistoryRow",
+    "RunRow",
+    "Store",
+    "open_store",
+]

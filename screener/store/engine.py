@@ -1,0 +1,171 @@
+"""Database URLs and engines: validation, per-backend settings, one-line error messages.
+
+Only SQLite (embedded default) and PostgreSQL via psycopg 3 are supported: those are the
+two backends the schema is tested on.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+import json
+import os
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError, NoSuchModuleError, SQLAlchemyError
+
+from screener.errors import StoreError
+
+SQLITE_BUSY_TIMEOUT_S = 30.0  # concurrent prolog hooks queue for the write lock this long
+PG_CONNECT_TIMEOUT_S = 10  # an unreachable server fails within this, not TCP's minutes
+EXAMPLES = "sqlite:////var/lib/screener/screener.db or postgresql+psycopg://USER@HOST:5432/DB"
+_DRIVERS = {
+    "sqlite": "sqlite",
+    "sqlite+pysqlite": "sqlite",
+    "postgresql": "postgresql+psycopg",  # SQLAlchemy's default (psycopg2) is not installed
+    "postgresql+psycopg": "postgresql+psycopg",
+}
+_PASSWORD = re.compile(r"(://[^:/@]*:)[^/]*@")  # up to the last @ of the authority
+
+
+def screener_version() -> str:
+    """The installed screener version (stored with each run)."""
+    try:
+        return importlib.metadata.version("screener")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def redact(url: str) -> str:
+    """The URL with any password replaced by ***, for messages (works on unparseable URLs)."""
+    return _PASSWORD.sub(r"\1***@", url)
+
+
+def parse_url(url: str) -> URL:
+    """Parse and normalise a database URL; StoreError if it is malformed or unsupported."""
+    try:
+        parsed = make_url(url)
+    except (ArgumentError, ValueError, TypeError):
+        msg = f"database URL {redact(url)!r} is not valid; expected {EXAMPLES}"
+        raise StoreError(msg) from None
+    driver = _DRIVERS.get(parsed.drivername)
+    if driver is None:
+        raise StoreError(
+            f"database driver {parsed.drivername!r} is not supported; expected {EXAMPLES}"
+        )
+    return parsed.set(drivername=driver)
+
+
+def describe(url: URL) -> str:
+    """Where the database is, for messages: a file path, or host:port/db (never a password)."""
+    if url.get_backend_name() == "sqlite":
+        return url.database or ":memory:"
+    return f"{url.host or 'localhost'}:{url.port or 5432}/{url.database or ''}"
+
+
+def sqlite_path(url: URL) -> Path | None:
+    """The file of an SQLite URL, or None for in-memory and ``file:`` URI databases."""
+    if url.get_backend_name() != "sqlite":
+        return None
+    db = url.database or ""
+    if db in ("", ":memory:") or db.startswith("file:"):
+        return None
+    return Path(db)
+
+
+def check_sqlite_path(path: Path, *, create_dir: bool) -> None:
+    """Refuse a database file whose directory is missing or not writable (SQLite's own
+    message is only "unable to open database file"). WAL needs the directory writable too."""
+    try:
+        _check_sqlite_path(path, create_dir=create_dir)
+    except OSError as exc:  # e.g. a parent directory we may not even look into
+        raise StoreError(f"cannot use database path {path}: {exc.strerror}") from None
+
+
+def _check_sqlite_path(path: Path, *, create_dir: bool) -> None:
+    parent = path.absolute().parent
+    if path.is_dir():
+        raise StoreError(f"database path {path} is a directory, not a file")
+    if not parent.exists():
+        if not create_dir:
+            raise StoreError(
+                f"database directory {parent} does not exist: run `screener db upgrade`"
+            )
+        try:
+            parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(f"cannot create database directory {parent}: {exc.strerror}") from None
+    if not parent.is_dir():
+        raise StoreError(f"database directory {parent} is not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise StoreError(f"database directory {parent} is not writable")
+    if path.exists() and not os.access(path, os.R_OK | os.W_OK):
+        raise StoreError(f"database file {path} is not readable and writable")
+
+
+def make_engine(url: str, *, create_dir: bool = False) -> Engine:
+    """An Engine for ``url`` with our per-backend settings; nothing is connected yet."""
+    parsed = parse_url(url)
+    path = sqlite_path(parsed)
+    if path is not None:
+        check_sqlite_path(path, create_dir=create_dir)
+    # NaN is not JSON and PostgreSQL refuses it; refuse it on SQLite too, to match.
+    kwargs: dict[str, Any] = {"json_serializer": functools.partial(json.dumps, allow_nan=False)}
+    if parsed.get_backend_name() == "sqlite":
+        kwargs["connect_args"] = {"timeout": SQLITE_BUSY_TIMEOUT_S}
+    else:
+        if "connect_timeout" not in parsed.query:
+            kwargs["connect_args"] = {"connect_timeout": PG_CONNECT_TIMEOUT_S}
+        kwargs["pool_pre_ping"] = True  # long-lived exporters survive a server restart
+    try:
+        engine = create_engine(parsed, **kwargs)
+    except (NoSuchModuleError, ImportError) as exc:
+        raise StoreError(f"database driver {parsed.drivername!r} is not usable: {exc}") from None
+    if parsed.get_backend_name() == "sqlite":
+        _sqlite_events(engine, wal=path is not None)
+    return engine
+
+
+def _sqlite_events(engine: Engine, *, wal: bool) -> None:
+    """Real transactions on SQLite: foreign keys on, WAL, and BEGIN IMMEDIATE for writes.
+
+    pysqlite's legacy mode starts transactions late, so two writers that both read first
+    deadlock with "database is locked" at once, ignoring the busy timeout. BEGIN IMMEDIATE
+    takes the write lock up front, so concurrent writers queue instead.
+    """
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        dbapi_conn.isolation_level = None  # we emit BEGIN ourselves (below)
+        cur = dbapi_conn.cursor()
+        cur.execute("PRAGMA foreign_keys = ON")  # off by default in SQLite
+        if wal:
+            cur.execute("PRAGMA journal_mode = WAL")  # readers do not block the writer
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        mode = conn.get_execution_options().get("sqlite_begin", "IMMEDIATE")
+        conn.exec_driver_sql(f"BEGIN {'DEFERRED' if mode == 'DEFERRED' else 'IMMEDIATE'}")
+
+
+def first_line(exc: BaseException) -> str:
+    """The driver's own message, first line only, without SQLAlchemy's SQL dump."""
+    orig = getattr(exc, "orig", None) or exc
+    lines = str(orig).strip().splitlines()
+    return lines[0].strip() if lines else type(orig).__name__
+
+
+@contextmanager
+def translated(doing: str) -> Iterator[None]:
+    """Turn any database error inside the block into one StoreError line: 'cannot DOING: why'."""
+    try:
+        yield
+    except SQLAlchemyError as exc:
+        raise StoreError(f"cannot {doing}: {first_line(exc)}") from exc

@@ -1,0 +1,277 @@
+"""The database schema as SQLAlchemy 2 typed models, portable between SQLite and PostgreSQL.
+
+Layout: a probe is split into ``node_probes`` (one row per node per round, carrying the
+error, if any, and the raw outputs) and ``probe_jobs`` (one row per fio job). A node that
+failed is then simply a probe with an error and no jobs, instead of a fake "error" job, and
+iostat samples and facts hang off the probe they were taken with. Verdicts carry a copy of
+their run's ``started_at`` so that "history of node X" and "flaky nodes since T" are range
+scans of one ``(node_id, started_at)`` index. Timestamps are stored as UTC and always come
+back timezone-aware.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    CheckConstraint,
+    DateTime,
+    Dialect,
+    Double,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    TypeDecorator,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from screener.model import Status, Trigger
+
+RUN_STATUSES = ("running", "done", "failed", "aborted")
+EVENT_ACTIONS = ("drain", "resume", "flaky_episode_start", "flaky_episode_end")
+JOB_KINDS = ("seq_write", "seq_read", "rand_read")  # the NodeProbe field a job came from
+
+# Deterministic constraint names, so migrations can refer to (and later drop) them by name.
+NAMING = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+# 64-bit ids on PostgreSQL (iostat rows add up); SQLite only autoincrements INTEGER.
+Id = BigInteger().with_variant(Integer(), "sqlite")
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Aware datetimes in, aware UTC datetimes out; SQLite (no time zones) stores naive UTC."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None or value.utcoffset() is None:
+            raise ValueError("naive datetime: screener stores timezone-aware UTC only")
+        value = value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value.astimezone(UTC)
+
+
+def _in(column: str, values: tuple[str, ...]) -> str:
+    """SQL text for a CHECK that ``column`` holds one of ``values`` (our constants only).
+
+    The column is double-quoted: ``trigger`` is a keyword in SQLite.
+    """
+    return f'"{column}" IN ({", ".join(repr(v) for v in values)})'
+
+
+class Base(DeclarativeBase):
+    """Declarative base with the naming convention and the portable type map."""
+
+    metadata = MetaData(naming_convention=NAMING)
+    type_annotation_map = {  # noqa: RUF012 - SQLAlchemy reads this class attribute
+        int: Id,
+        float: Double(),
+        str: Text(),
+        datetime: UTCDateTime(),
+        dict[str, Any]: JSON(),
+        list[str]: JSON(),
+    }
+
+
+class NodeRecord(Base):
+    """A node ever screened; ``last_seen`` is the start of the latest run that included it."""
+
+    __tablename__ = "nodes"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(255), unique=True)
+    first_seen: Mapped[datetime]
+    last_seen: Mapped[datetime]
+
+
+class RunRecord(Base):
+    """One screening run: why, over what, with which policy, and its fleet-level outcome."""
+
+    __tablename__ = "runs"
+    __table_args__ = (
+        CheckConstraint(_in("trigger", tuple(t.value for t in Trigger)), name="trigger"),
+        CheckConstraint(_in("status", RUN_STATUSES), name="status"),
+        Index(None, "started_at"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    trigger: Mapped[str] = mapped_column(String(16))
+    job_id: Mapped[str | None] = mapped_column(String(64))
+    nodeset: Mapped[str]
+    node_count: Mapped[int] = mapped_column(Integer)
+    policy: Mapped[dict[str, Any]]
+    started_at: Mapped[datetime]
+    finished_at: Mapped[datetime | None]
+    status: Mapped[str] = mapped_column(String(16))
+    shared_cause: Mapped[bool] = mapped_column(default=False)
+    shared_cause_reason: Mapped[str] = mapped_column(default="")
+    peer_read_median_mb_s: Mapped[float | None]
+    peer_rand_median_iops: Mapped[float | None]
+    screener_version: Mapped[str] = mapped_column(String(32))
+
+
+class NodeProbeRecord(Base):
+    """One node in one probe round: error or not, how long it took, the raw outputs."""
+
+    __tablename__ = "node_probes"
+    __table_args__ = (
+        UniqueConstraint("run_id", "node_id", "round"),
+        CheckConstraint("round >= 1", name="round"),
+        Index(None, "node_id", "run_id"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
+    node_id: Mapped[int] = mapped_column(ForeignKey("nodes.id"))
+    round: Mapped[int] = mapped_column(Integer)  # 1 = first probe, 2 = confirmation, ...
+    fio_version: Mapped[str | None] = mapped_column(String(64))
+    error: Mapped[str | None]
+    error_kind: Mapped[str | None] = mapped_column(String(32))
+    duration_s: Mapped[float]
+    raw_fio: Mapped[str]
+    raw_iostat: Mapped[str]
+
+
+class ProbeJobRecord(Base):
+    """One fio job's figures; ``kind`` says which NodeProbe field it fills."""
+
+    __tablename__ = "probe_jobs"
+    __table_args__ = (
+        UniqueConstraint("node_probe_id", "kind"),
+        CheckConstraint(_in("kind", JOB_KINDS), name="kind"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    node_probe_id: Mapped[int] = mapped_column(ForeignKey("node_probes.id", ondelete="CASCADE"))
+    kind: Mapped[str] = mapped_column(String(16))
+    name: Mapped[str] = mapped_column(String(64))  # fio's job name
+    rw: Mapped[str] = mapped_column(String(16))
+    bw_bytes: Mapped[float]
+    iops: Mapped[float]
+    total_ios: Mapped[int] = mapped_column(BigInteger)
+    runtime_ms: Mapped[float]
+    lat_mean_ns: Mapped[float]
+    lat_p50_ns: Mapped[float]
+    lat_p99_ns: Mapped[float]
+    lat_p999_ns: Mapped[float]
+    slow_fraction: Mapped[float]
+    error: Mapped[int] = mapped_column(Integer)
+
+
+class IostatRecord(Base):
+    """One device line of one iostat interval taken during a probe; ``seq`` keeps the order."""
+
+    __tablename__ = "iostat_samples"
+    __table_args__ = (
+        CheckConstraint("device <> ''", name="device"),
+        Index(None, "node_probe_id"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    node_probe_id: Mapped[int] = mapped_column(ForeignKey("node_probes.id", ondelete="CASCADE"))
+    seq: Mapped[int] = mapped_column(Integer)
+    device: Mapped[str] = mapped_column(String(64))
+    ts: Mapped[str] = mapped_column(String(64))  # as iostat printed it (may be empty)
+    r_s: Mapped[float]
+    rkb_s: Mapped[float]
+    w_s: Mapped[float]
+    wkb_s: Mapped[float]
+    r_await_ms: Mapped[float]
+    w_await_ms: Mapped[float]
+    aqu_sz: Mapped[float]
+    util_pct: Mapped[float]
+
+
+class FactsRecord(Base):
+    """NodeFacts flattened (SMART as columns so dashboards can query them; md lists as JSON)."""
+
+    __tablename__ = "node_facts"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    node_probe_id: Mapped[int] = mapped_column(
+        ForeignKey("node_probes.id", ondelete="CASCADE"), unique=True
+    )
+    device: Mapped[str | None] = mapped_column(String(64))
+    pcie_speed: Mapped[str | None] = mapped_column(String(32))
+    pcie_max_speed: Mapped[str | None] = mapped_column(String(32))
+    pcie_width: Mapped[int | None] = mapped_column(Integer)
+    pcie_max_width: Mapped[int | None] = mapped_column(Integer)
+    scheduler: Mapped[str | None] = mapped_column(String(32))
+    read_ahead_kb: Mapped[int | None] = mapped_column(Integer)
+    nr_requests: Mapped[int | None] = mapped_column(Integer)
+    write_cache: Mapped[str | None] = mapped_column(String(32))
+    smart_critical_warning: Mapped[int | None] = mapped_column(Integer)
+    smart_temperature_c: Mapped[float | None]
+    smart_media_errors: Mapped[int | None] = mapped_column(BigInteger)
+    smart_percentage_used: Mapped[int | None] = mapped_column(Integer)
+    md_arrays: Mapped[list[str] | None]
+    md_degraded: Mapped[list[str] | None]
+    md_rebuilding: Mapped[list[str] | None]
+
+
+class VerdictRecord(Base):
+    """The decision for one node in one run; ``started_at`` is the run's, copied for indexing."""
+
+    __tablename__ = "verdicts"
+    __table_args__ = (
+        UniqueConstraint("run_id", "node_id"),
+        CheckConstraint(_in("status", tuple(s.value for s in Status)), name="status"),
+        Index(None, "node_id", "started_at"),
+        Index(None, "started_at"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
+    node_id: Mapped[int] = mapped_column(ForeignKey("nodes.id"))
+    started_at: Mapped[datetime]
+    status: Mapped[str] = mapped_column(String(16))
+    reason: Mapped[str]
+    read_mb_s: Mapped[float | None]
+    write_mb_s: Mapped[float | None]
+    rand_read_iops: Mapped[float | None]
+    ratio: Mapped[float | None]
+    read_p99_ms: Mapped[float | None]
+    z_read: Mapped[float | None]
+    z_rand: Mapped[float | None]
+    confirmed: Mapped[bool] = mapped_column(default=False)
+    signals: Mapped[list[str]]
+
+
+class EventRecord(Base):
+    """Something done to a node: drained, resumed, or the start/end of a flaky episode."""
+
+    __tablename__ = "node_events"
+    __table_args__ = (
+        CheckConstraint(_in("action", EVENT_ACTIONS), name="action"),
+        Index(None, "node_id", "at"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    node_id: Mapped[int] = mapped_column(ForeignKey("nodes.id"))
+    at: Mapped[datetime]
+    action: Mapped[str] = mapped_column(String(32))
+    reason: Mapped[str]
+    run_id: Mapped[int | None] = mapped_column(ForeignKey("runs.id", ondelete="SET NULL"))
+    slurm_reason: Mapped[str | None]

@@ -1,0 +1,97 @@
+"""What the Store's read methods return: small frozen dataclasses (never ORM objects), and
+the pure counting behind the "flaky nodes" view."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from itertools import pairwise
+
+from screener.model import Status, Trigger, Verdict
+
+
+@dataclass(frozen=True)
+class RunRow:
+    """One run as listed by ``latest_runs``, with its verdicts counted by outcome."""
+
+    id: int
+    trigger: Trigger
+    job_id: str | None
+    nodeset: str
+    node_count: int
+    started_at: datetime
+    finished_at: datetime | None
+    status: str  # running | done | failed | aborted
+    shared_cause: bool
+    shared_cause_reason: str
+    screener_version: str
+    n_ok: int = 0
+    n_slow: int = 0  # SLOW_READ + SLOW_WRITE
+    n_degraded: int = 0
+    n_unknown: int = 0
+
+
+@dataclass(frozen=True)
+class NodeHistoryRow:
+    """One run's verdict for one node, as listed by ``node_history`` (newest first)."""
+
+    run_id: int
+    started_at: datetime
+    trigger: Trigger
+    job_id: str | None
+    status: Status
+    reason: str
+    read_mb_s: float | None
+    write_mb_s: float | None
+    ratio: float | None
+    confirmed: bool
+
+
+@dataclass(frozen=True)
+class FlakyRow:
+    """A node whose verdict flipped between OK and SLOW_* at least N times in a window."""
+
+    node: str
+    runs: int  # verdicts in the window, any status
+    slow_runs: int
+    transitions: int  # OK -> SLOW_* or SLOW_* -> OK
+    last_status: Status
+    last_at: datetime
+
+
+@dataclass(frozen=True)
+class EventRow:
+    """A drain/resume/flaky-episode event for a node."""
+
+    node: str
+    at: datetime
+    action: str
+    reason: str
+    run_id: int | None
+    slurm_reason: str | None
+
+
+@dataclass(frozen=True)
+class LatestVerdictRow:
+    """A node's most recent verdict, whichever run it came from (for exporters)."""
+
+    run_id: int
+    started_at: datetime
+    verdict: Verdict
+
+
+def is_slow(status: Status) -> bool:
+    """SLOW_READ or SLOW_WRITE: the statuses that may drain a node."""
+    return status in (Status.SLOW_READ, Status.SLOW_WRITE)
+
+
+def count_flips(statuses: Sequence[Status]) -> tuple[int, int]:
+    """(transitions, slow runs) over one node's time-ordered statuses.
+
+    Only OK and SLOW_* take part: an UNKNOWN (unreachable) or DEGRADED run between two
+    SLOW runs is not a recovery, and SLOW_READ -> SLOW_WRITE is not a flip.
+    """
+    states = [is_slow(s) for s in statuses if s is Status.OK or is_slow(s)]
+    transitions = sum(1 for a, b in pairwise(states) if a != b)
+    return transitions, sum(states)

@@ -1,0 +1,149 @@
+"""The `screener` console script as an admin runs it: real fio locally, real sshd on the cluster."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+SCREENER = [sys.executable, "-m", "screener.cli"]
+
+
+def screener(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*SCREENER, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def small_config(tmp_path: Path, extra: str = "") -> Path:
+    cfg = tmp_path / "screener.toml"
+    cfg.write_text("[probe]\nsize_mib = 32\nruntime_s = 1.0\nramp_s = 0.5\n" + extra)
+    return cfg
+
+
+def test_local_screen_prints_table_and_stores_the_run(tmp_path: Path) -> None:
+    target = tmp_path / "target"  # on the root filesystem: O_DIRECT works (not tmpfs)
+    target.mkdir()
+    db = tmp_path / "screener.db"
+    res = screener(
+        "--config",
+        str(small_config(tmp_path)),
+        "screen",
+        "--local",
+        "--target",
+        str(target),
+        env={"SCREENER_DATABASE_URL": f"sqlite:///{db}"},
+    )
+    assert res.returncode in (0, 3), res.stderr
+    assert "read MB/s" in res.stdout and "1 nodes:" in res.stdout
+    with sqlite3.connect(db) as con:
+        (runs,) = con.execute("select count(*) from runs").fetchone()
+        (verdicts,) = con.execute("select count(*) from verdicts").fetchone()
+    assert runs == 1 and verdicts == 1
+
+
+def test_local_screen_json_only(tmp_path: Path) -> None:
+    target = tmp_path / "t"
+    target.mkdir()
+    res = screener(
+        "--config",
+        str(small_config(tmp_path)),
+        "screen",
+        "--local",
+        "--target",
+        str(target),
+        "--json",
+        "--no-store",
+    )
+    assert res.returncode in (0, 3), res.stderr
+    doc = json.loads(res.stdout)  # nothing but JSON on stdout
+    (node,) = doc["nodes"]
+    assert node["status"] in ("OK", "SLOW_READ", "SLOW_WRITE", "DEGRADED")
+    assert node["read_mb_s"] > 0 and node["write_mb_s"] > 0
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "message"),
+    [
+        (["screen", "node[01-"], {}, "screener: error: "),
+        (["screen", "bad;name"], {}, "screener: error: "),
+        (["screen"], {}, "give a NODESET"),
+        (["--config", "/nonexistent.toml", "screen", "--local"], {}, "does not exist"),
+        (
+            ["screen", "--local"],
+            {"SCREENER_DATABASE_URL": "sqlite:////proc/no-such-dir/x.db"},
+            "/proc/no-such-dir",
+        ),
+        (["screen", "--local"], {"SCREENER_DATABASE_URL": "nosuchdb://x"}, "screener: error: "),
+        (
+            ["screen", "--local"],
+            {"SCREENER_DATABASE_URL": "postgresql+psycopg://postgres@127.0.0.1:1/test"},
+            "127.0.0.1:1",
+        ),
+    ],
+)
+def test_bad_input_is_one_line_error(args: list[str], env: dict[str, str], message: str) -> None:
+    res = screener(*args, env=env, timeout=60)
+    assert res.returncode == 1, (res.stdout, res.stderr)
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], res.stderr
+    assert "Traceback" not in res.stderr
+
+
+def test_local_target_missing_is_unknown(tmp_path: Path) -> None:
+    missing = tmp_path / "no-such-dir"
+    res = screener(
+        "--config",
+        str(small_config(tmp_path)),
+        "screen",
+        "--local",
+        "--target",
+        str(missing),
+        "--json",
+        "--no-store",
+    )
+    assert res.returncode == 0, res.stderr  # a completed screen; the node is UNKNOWN
+    (node,) = json.loads(res.stdout)["nodes"]
+    assert node["status"] == "UNKNOWN" and str(missing) in node["reason"], node
+    assert not missing.exists()
+
+
+@pytest.mark.cluster
+def test_screen_cluster_over_ssh_exit_3_and_stored(cluster: Any, tmp_path: Path) -> None:
+    slow = cluster.nodes[-1]
+    cluster.inject(slow, "slow_read", 20_000_000)
+    cfg = small_config(
+        tmp_path,
+        f'target = "{cluster.scratch}"\n[transport]\nssh_config = "{cluster.ssh_config}"\n'
+        f'known_hosts = "{cluster.known_hosts}"\n',
+    )
+    db = tmp_path / "c.db"
+    res = screener(
+        "--config",
+        str(cfg),
+        "screen",
+        cluster.hostlist,
+        "--json",
+        env={"SCREENER_DATABASE_URL": f"sqlite:///{db}"},
+    )
+    assert res.returncode == 3, res.stderr
+    doc = json.loads(res.stdout)
+    got = {n["node"]: n["status"] for n in doc["nodes"]}
+    assert got[slow] == "SLOW_READ"
+    assert sum(s == "OK" for s in got.values()) == len(cluster.nodes) - 1
+    with sqlite3.connect(db) as con:
+        rows = con.execute("select status from verdicts").fetchall()
+    assert sorted(r[0] for r in rows) == sorted(got.values())
