@@ -7,6 +7,7 @@ slowness comes and goes). Nothing here does I/O; docs/detection.md explains each
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -22,30 +23,43 @@ _MAD_TO_SIGMA = 0.6745  # robust z = 0.6745 (x - median) / MAD  (Iglewicz & Hoag
 
 @dataclass(frozen=True)
 class PeerStats:
-    """Median and (floored) MAD of one figure across the usable nodes of a run."""
+    """Robust centre and spread of one figure across the usable nodes of a run.
 
-    median: float
-    mad: float
+    The z-score is taken on the log of the figure: slowness is multiplicative (8x, 80x,
+    6,000x), and on a linear scale a node at zero can never score below
+    -0.6745 x median / MAD, which noisy peers (MAD 20% of the median) keep above -3.5.
+    """
+
+    median: float  # of the figure itself, for reasons and the min_peer_drop gap
+    log_median: float
+    log_mad: float  # floored, see peer_stats
     count: int
 
     def z(self, value: float) -> float:
-        """Robust z-score of ``value``; negative means slower than peers."""
-        return _MAD_TO_SIGMA * (value - self.median) / self.mad
+        """Robust z-score of ``value`` in log space; negative means slower than peers."""
+        return _MAD_TO_SIGMA * (_log(value) - self.log_median) / self.log_mad
+
+
+def _log(value: float) -> float:
+    return math.log(max(value, 1e-3))  # a node that moved no bytes is just very slow
 
 
 def peer_stats(values: Sequence[float], policy: VerdictPolicy) -> PeerStats | None:
-    """Robust centre and spread, or None when too few peers or a zero median.
+    """Median and MAD of log(values), or None when too few peers or a zero median.
 
-    The MAD is floored at ``mad_floor_fraction`` of the median: on a quiet, uniform fleet
-    the raw MAD is tiny and would turn a 3% wobble into a huge z.
+    The MAD is floored at log(1 + ``mad_floor_fraction``): on a quiet, uniform fleet the
+    raw MAD is tiny and would turn a 3% wobble into a huge z.
     """
     if len(values) < policy.min_peers:
         return None
     med = statistics.median(values)
     if med <= 0:
         return None
-    mad = statistics.median([abs(v - med) for v in values])
-    return PeerStats(med, max(mad, policy.mad_floor_fraction * med), len(values))
+    logs = [_log(v) for v in values]
+    log_med = statistics.median(logs)
+    mad = statistics.median([abs(x - log_med) for x in logs])
+    floor = math.log1p(policy.mad_floor_fraction)
+    return PeerStats(med, log_med, max(mad, floor), len(values))
 
 
 def fact_problems(facts: NodeFacts | None) -> list[str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import pytest
@@ -194,8 +195,21 @@ def test_fact_drift_names_the_odd_one_out() -> None:
 
 def test_peer_stats_mad_floor() -> None:
     st = peer_stats([100.0] * 5, POLICY)
-    assert st is not None and st.mad == pytest.approx(5.0)
+    assert st is not None and st.log_mad == pytest.approx(math.log(1.05))
+    assert st.z(50.0) == pytest.approx(0.6745 * math.log(0.5) / math.log(1.05))
     assert peer_stats([100.0] * 3, POLICY) is None
+
+
+def test_noisy_peers_still_separate_a_dead_slow_node() -> None:
+    # Measured on the emulated cluster (demo run): peers 1,347..2,057 MB/s, the throttled
+    # node 20 MB/s. On a linear scale its z was only -3.5; in log space it is far out.
+    reads = [1959, 1506, 20, 1347, 1669, 2057, 1556, 1983]
+    probes = [probe(f"node{i:02d}", read=r, write=1100) for i, r in enumerate(reads, 1)]
+    _, v = by_node(probes)
+    z = v["node03"].z_read
+    assert z is not None and z < -10  # linear scale: -3.5
+    assert v["node03"].status == Status.SLOW_READ and "peer_read" in v["node03"].signals
+    assert all(v[n].status == Status.OK for n in v if n != "node03")
 
 
 def _confirm(first_probes: list[NodeProbe], reprobed: list[NodeProbe]):

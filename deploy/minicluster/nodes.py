@@ -1,0 +1,366 @@
+"""One emulated node: namespace holder, cgroup, loop-backed /scratch, sshd, slurmd; and the
+faults that act on it. Every creation is recorded before the next step runs."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import ipaddress
+import os
+import signal
+import socket
+import stat
+import struct
+import threading
+from pathlib import Path
+
+from deploy.minicluster import argv, render
+from deploy.minicluster.procs import (
+    Proc,
+    alive,
+    cgroup_create,
+    cgroup_kill_all,
+    cgroup_path,
+    cgroup_remove,
+    launch,
+    loop_backing,
+    loop_devnum,
+    run,
+    set_throttle,
+    stop,
+    tail,
+    wait_until,
+)
+from deploy.minicluster.records import Records
+from deploy.minicluster.spec import (
+    LOOP_FAULTS,
+    ClusterError,
+    ClusterInfo,
+    PreconditionError,
+)
+
+FILL_NAME = ".minicluster-full_scratch"  # the file full_scratch allocates
+FULL_FREE_BYTES = 1 << 20  # full_scratch leaves less than this free
+_LOOP_LOCK = threading.Lock()  # our own losetup --find calls never race each other
+
+
+class Nodes:
+    """Operations on the nodes of one cluster; safe to call for different nodes in threads."""
+
+    def __init__(self, info: ClusterInfo, records: Records) -> None:
+        self.info = info
+        self.rec = records
+
+    # -- bring-up ----------------------------------------------------------------------------
+    def build(self, node: str, deadline: float) -> None:
+        """Create the node up to a running sshd (slurmd comes later, once slurmctld listens)."""
+        info = self.info
+        nd = info.node_dir(node)
+        nd.mkdir(parents=True, exist_ok=True)
+        key = nd / "ssh_host_ed25519_key"
+        if not key.exists():
+            run(argv.keygen(key, f"{node}-hostkey"))
+        cg = cgroup_create(info.cgroup_name(node))
+        self.rec.update(node, cgroup=str(cg))
+        holder = launch(
+            "namespace holder",
+            argv.holder(),
+            cg,
+            nd / "holder.pid",
+            self._log(node, "holder"),
+            deadline,
+        )
+        self.rec.set_proc(node, "holder", holder)
+        # The launcher records its pid *before* it execs unshare: until unshare(2) has run,
+        # nsenter -t <pid> would enter the host's namespaces and rename the host itself.
+        wait_until(
+            f"{node} namespace holder to unshare",
+            lambda: _unshared(holder.pid),
+            deadline,
+            lambda: tail(self._log(node, "holder")),
+        )
+        run(argv.in_node(holder.pid, argv.set_hostname(node)))
+        if not info.spec.sshd_only:
+            self._make_scratch(node, holder)
+        self.start_sshd(node, deadline)
+
+    def _make_scratch(self, node: str, holder: Proc) -> None:
+        """Sparse image -> ext4 -> loop device -> mounted at /scratch inside the node only."""
+        image = self.info.node_dir(node) / "scratch.img"
+        self.rec.update(node, image=str(image))
+        image.unlink(missing_ok=True)
+        with open(image, "wb") as f:
+            f.truncate(self.info.spec.scratch_mib << 20)  # sparse: costs only what is written
+        run(argv.mkfs(image, node))
+        self._attach_and_mount(node, holder, image)
+
+    def _attach_and_mount(self, node: str, holder: Proc, image: Path) -> None:
+        with _LOOP_LOCK:
+            try:
+                device = run(argv.losetup_attach(image)).strip()
+            except ClusterError as exc:
+                raise PreconditionError(f"no loop device available: {exc}") from None
+        self.rec.update(node, loop=device)
+        run(argv.in_node(holder.pid, argv.mount_scratch(device, self.info.scratch)))
+        self.rec.add_mount(node, self.info.scratch)
+
+    def start_sshd(self, node: str, deadline: float) -> None:
+        """(Re)start the node's sshd inside its namespaces and cgroup, same host key."""
+        info = self.info
+        nd = info.node_dir(node)
+        conf = nd / "sshd_config"
+        conf.write_text(render.sshd_config(info, node))
+        addr = (info.addr(node), info.ssh_port)
+        if listening(addr[1], addr[0]):
+            raise ClusterError(
+                f"{addr[0]}:{addr[1]} is already in use (another cluster on subnet "
+                f"{info.spec.subnet}? pick another --subnet)"
+            )
+        holder = self._holder(node)
+        log = self._log(node, "sshd")
+        proc = launch(
+            "sshd",
+            argv.in_node(holder.pid, argv.sshd(conf)),
+            self._cgroup(node),
+            nd / "sshd.pid",
+            log,
+            deadline,
+        )
+        self.rec.set_proc(node, "sshd", proc)
+
+    def wait_sshd(self, node: str, deadline: float) -> None:
+        """Until the node's sshd answers with an SSH banner (and is still our process)."""
+        proc = self.rec.node(node).procs.get("sshd")
+        addr = (self.info.addr(node), self.info.ssh_port)
+        log = self._log(node, "sshd")
+
+        def ready() -> bool:
+            if not alive(proc):
+                raise ClusterError(f"sshd of {node} exited: {tail(log)}")
+            return _ssh_banner(addr)
+
+        wait_until(f"sshd of {node} on {addr[0]}:{addr[1]}", ready, deadline, lambda: tail(log))
+
+    def start_slurmd(self, node: str, deadline: float) -> None:
+        """(Re)start the node's slurmd inside its namespaces and cgroup."""
+        info = self.info
+        (info.slurm_dir / "spool" / node).mkdir(parents=True, exist_ok=True)
+        holder = self._holder(node)
+        cmd = argv.in_node(holder.pid, argv.slurmd(node, info.slurm_conf))
+        log = self._log(node, "slurmd")
+        proc = launch(
+            "slurmd", cmd, self._cgroup(node), info.node_dir(node) / "slurmd.pid", log, deadline
+        )
+        self.rec.set_proc(node, "slurmd", proc)
+
+    def host_key(self, node: str) -> str:
+        return (self.info.node_dir(node) / "ssh_host_ed25519_key.pub").read_text()
+
+    # -- repair / teardown -----------------------------------------------------------------
+    def healthy_holder(self, node: str) -> bool:
+        return alive(self.rec.node(node).procs.get("holder"))
+
+    def scratch_mounted(self, node: str) -> bool:
+        """Is /scratch mounted in the node's mount namespace (per the holder's mountinfo)?"""
+        holder = self._holder(node)
+        mountinfo = Path(f"/proc/{holder.pid}/mountinfo").read_text()
+        return any(ln.split()[4] == self.info.scratch for ln in mountinfo.splitlines())
+
+    def remount(self, node: str) -> None:
+        """Re-attach (if needed) and mount the existing image."""
+        rec = self.rec.node(node)
+        image = self.info.node_dir(node) / "scratch.img"
+        if rec.loop and loop_backing(rec.loop) == str(image):
+            run(
+                argv.in_node(
+                    self._holder(node).pid, argv.mount_scratch(rec.loop, self.info.scratch)
+                )
+            )
+            self.rec.add_mount(node, self.info.scratch)
+        else:
+            self._attach_and_mount(node, self._holder(node), image)
+
+    def teardown(self, node: str, deadline: float) -> list[Proc]:
+        """Undo exactly what the record says: processes (the whole cgroup), loop, image, cgroup.
+
+        Killing every process in the node's cgroup (holder, sshd, slurmd, sessions, job steps)
+        ends the mount namespace, which releases /scratch and any fault overlay with it.
+        Returns the processes it killed (dead, but maybe not yet reaped by init)."""
+        rec = self.rec.node(node)
+        killed = list(rec.procs.values())
+        for proc in rec.procs.values():
+            if alive(proc):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(proc.pid, signal.SIGKILL)
+        if rec.cgroup:
+            cg = Path(rec.cgroup)
+            killed += cgroup_kill_all(cg, deadline)
+            cgroup_remove(cg, deadline)
+        wait_until(f"{node}'s processes to exit", lambda: not any(map(alive, killed)), deadline)
+        if rec.loop and rec.image and loop_backing(rec.loop) == rec.image:
+            device, image = rec.loop, rec.image
+            with contextlib.suppress(ClusterError):  # raced with the kernel's autoclear
+                run(argv.losetup_detach(device))
+            wait_until(
+                f"{device} to detach",
+                lambda: loop_backing(device) != image,
+                deadline,
+                lambda: f"{image} still attached",
+            )
+        if rec.image:
+            Path(rec.image).unlink(missing_ok=True)
+        self.rec.forget(node)
+        return killed
+
+    # -- faults ------------------------------------------------------------------------------
+    def inject(self, node: str, kind: str, value: int | None) -> None:
+        """Apply one fault to a running node and record it (re-injecting updates the value)."""
+        rec = self.rec.node(node)
+        if kind in LOOP_FAULTS and self.info.spec.sshd_only:
+            raise ClusterError(f"{kind} needs /scratch, which an --sshd-only cluster lacks")
+        if not self.healthy_holder(node):
+            raise ClusterError(f"{node} is not running (run `up` again to repair it)")
+        already = kind in rec.faults
+        if kind in ("slow_read", "slow_randread", "slow_write"):
+            assert value is not None and rec.loop is not None
+            set_throttle(self._cgroup(node), kind, loop_devnum(rec.loop), value)
+        elif kind == "unreachable":
+            stop(rec.procs.get("sshd"))
+            self.rec.set_proc(node, "sshd", None)
+        elif kind == "no_fio" and not already:
+            fio_dir = _fio_dir()
+            run(
+                argv.in_node(
+                    self._holder(node).pid, argv.mount_overlay_hide(self._hide_dir(), fio_dir)
+                )
+            )
+            self.rec.add_mount(node, fio_dir)
+        elif kind == "full_scratch":
+            _fill(Path(f"/proc/{self._holder(node).pid}/root{self.info.scratch}"))
+        self.rec.set_fault(node, kind, value)
+
+    def heal(self, node: str, deadline: float) -> list[str]:
+        """Reverse every recorded fault of the node; returns the kinds healed."""
+        rec = self.rec.node(node)
+        healed = []
+        holder_ok = self.healthy_holder(node)
+        for kind in list(rec.faults):
+            if kind in ("slow_read", "slow_randread", "slow_write"):
+                if rec.cgroup and rec.loop and Path(rec.cgroup).exists():
+                    set_throttle(Path(rec.cgroup), kind, loop_devnum(rec.loop), 0)
+            elif kind == "unreachable" and holder_ok:
+                self.start_sshd(node, deadline)
+                self.wait_sshd(node, deadline)
+            elif kind == "no_fio" and holder_ok:
+                fio_dir = _fio_dir()
+                run(argv.in_node(self._holder(node).pid, argv.umount_lazy(fio_dir)))
+                self.rec.drop_mount(node, fio_dir)
+            elif kind == "full_scratch" and holder_ok:
+                root = Path(f"/proc/{self._holder(node).pid}/root{self.info.scratch}")
+                (root / FILL_NAME).unlink(missing_ok=True)
+            self.rec.set_fault(node, kind, None, present=False)
+            healed.append(kind)
+        return healed
+
+    # -- helpers -----------------------------------------------------------------------------
+    def _holder(self, node: str) -> Proc:
+        proc = self.rec.node(node).procs.get("holder")
+        if not alive(proc):
+            raise ClusterError(f"{node}'s namespace holder is gone (run `up` again to repair)")
+        assert proc is not None
+        return proc
+
+    def _cgroup(self, node: str) -> Path:
+        return cgroup_path(self.info.cgroup_name(node))
+
+    def _log(self, node: str, what: str) -> Path:
+        return self.info.logs_dir / f"{node}.{what}.log"
+
+    def _hide_dir(self) -> Path:
+        """A layer holding one whiteout (char 0:0) named fio: overlaid, it hides fio."""
+        hide = self.info.state_dir / "faults" / "no_fio"
+        whiteout = hide / "fio"
+        if not whiteout.exists():
+            hide.mkdir(parents=True, exist_ok=True)
+            os.mknod(whiteout, stat.S_IFCHR | 0o600, os.makedev(0, 0))
+        return hide
+
+
+def _fio_dir() -> str:
+    """Directory that provides `fio` on the host (and so in every node)."""
+    path = argv.tool("fio")
+    if not os.path.isabs(path):
+        raise ClusterError("fio is not installed on this machine, so no_fio has nothing to hide")
+    return os.path.dirname(os.path.realpath(path))
+
+
+def _fill(scratch: Path) -> None:
+    """Allocate a file until less than FULL_FREE_BYTES stay free (ENOSPC halves the step)."""
+    fd = os.open(scratch / FILL_NAME, os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        for _ in range(64):
+            st = os.statvfs(scratch)
+            free = st.f_bavail * st.f_frsize
+            if free < FULL_FREE_BYTES:
+                return
+            step = max(4096, (free - FULL_FREE_BYTES // 4) // 4096 * 4096)
+            while True:
+                try:
+                    os.posix_fallocate(fd, os.fstat(fd).st_size, step)
+                    break
+                except OSError as exc:
+                    if exc.errno != errno.ENOSPC or step <= 4096:
+                        raise
+                    step //= 2
+    finally:
+        os.close(fd)
+    raise ClusterError(f"could not fill {scratch} below {FULL_FREE_BYTES} bytes free")
+
+
+def listening(port: int, addr: str | None = None) -> bool:
+    """Is a TCP socket listening on `port` (on `addr` or on the wildcard; any address when
+    addr is None)? Read from /proc/net so probing never opens a connection (slurmctld logs
+    every empty connection as an error)."""
+    return any(p == port and (addr is None or a in (addr, "0.0.0.0", "::")) for a, p in listeners())
+
+
+def listeners() -> set[tuple[str, int]]:
+    """Every (address, port) in TCP LISTEN state on this machine (this network namespace)."""
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            rows = Path(table).read_text().splitlines()[1:]
+        except FileNotFoundError:
+            continue
+        for row in rows:
+            fields = row.split()
+            if fields[3] == "0A":
+                ip_hex, port_hex = fields[1].rsplit(":", 1)
+                found.add((_proc_net_ip(ip_hex), int(port_hex, 16)))
+    return found
+
+
+def _proc_net_ip(ip_hex: str) -> str:
+    """/proc/net/tcp{,6} address (little-endian 32-bit words) -> text form."""
+    raw = b"".join(struct.pack("<I", int(ip_hex[i : i + 8], 16)) for i in range(0, len(ip_hex), 8))
+    return str(ipaddress.ip_address(raw))
+
+
+def _ssh_banner(addr: tuple[str, int]) -> bool:
+    """Does an SSH server answer at addr (banner `SSH-2.0-...`)?"""
+    try:
+        with socket.create_connection(addr, timeout=2.0) as s:
+            return s.recv(8).startswith(b"SSH-")
+    except OSError:
+        return False
+
+
+def _unshared(pid: int) -> bool:
+    """True once ``pid`` lives in mount and UTS namespaces other than ours."""
+    try:
+        return all(
+            os.readlink(f"/proc/{pid}/ns/{ns}") != os.readlink(f"/proc/self/ns/{ns}")
+            for ns in ("mnt", "uts")
+        )
+    except OSError:
+        return False

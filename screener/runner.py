@@ -1,0 +1,100 @@
+"""The one function that runs local subprocesses (Slurm client, local transport, facts).
+
+Each child gets its own session, so on timeout the whole tree it spawned (``sh -c 'a & b'``)
+is signalled as one process group, and nothing is left running behind the caller.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+
+from screener.errors import CommandTimeout, ConfigError, TransportError
+from screener.transport.base import CommandResult
+
+# Seconds between SIGTERM and SIGKILL when a timed-out group is being stopped.
+KILL_GRACE_S = 2.0
+# Seconds to wait for pipes to close after SIGKILL (a grandchild that left the group
+# may still hold them; we stop reading rather than hang).
+REAP_WAIT_S = 2.0
+
+
+def run_command(
+    argv: Sequence[str],
+    *,
+    timeout: float,
+    input: str | None = None,
+    env: Mapping[str, str] | None = None,
+    host: str = "localhost",
+) -> CommandResult:
+    """Run ``argv`` (no shell), wait at most ``timeout`` s, return its exit status and output.
+
+    ``env`` entries are added to (override) the current environment. A non-zero exit is
+    returned (a child killed by signal N reports 128+N, as a shell and ssh do); a missing
+    executable raises TransportError(kind="failed"); an overrun kills the child's whole
+    process group and raises CommandTimeout.
+    """
+    args = tuple(argv)
+    if not args:
+        raise ConfigError("cannot run an empty command")
+    if timeout <= 0:
+        raise ConfigError(f"timeout must be > 0 (got {timeout:g})")
+    child_env = None if env is None else {**os.environ, **env}
+    started = time.monotonic()
+    try:
+        proc = subprocess.Popen(
+            args,
+            stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=child_env,
+            text=True,
+            errors="replace",
+            start_new_session=True,  # own process group: a timeout can kill the whole tree
+        )
+    except FileNotFoundError:
+        raise TransportError(host, "failed", f"{args[0]}: command not found") from None
+    except OSError as exc:
+        raise TransportError(host, "failed", f"{args[0]}: {exc.strerror or exc}") from None
+    try:
+        stdout, stderr = proc.communicate(input=input, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        raise CommandTimeout(host, args[0], timeout) from None
+    except BaseException:  # KeyboardInterrupt, cancellation: never leave the tree behind
+        _kill_group(proc)
+        raise
+    return CommandResult(
+        host=host,
+        argv=args,
+        exit_status=proc.returncode if proc.returncode >= 0 else 128 - proc.returncode,
+        stdout=stdout,
+        stderr=stderr,
+        duration_s=time.monotonic() - started,
+    )
+
+
+def _kill_group(proc: subprocess.Popen[str]) -> None:
+    """SIGTERM the child's process group, SIGKILL it after a grace period, and reap."""
+    _signal_group(proc.pid, signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.communicate(timeout=KILL_GRACE_S)
+    # Even if the leader exited on SIGTERM, its children may ignore it: KILL the rest.
+    _signal_group(proc.pid, signal.SIGKILL)
+    try:
+        proc.communicate(timeout=REAP_WAIT_S)
+    except subprocess.TimeoutExpired:  # a process that escaped the group holds the pipes
+        for pipe in (proc.stdin, proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
+        proc.wait()
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    """Send ``sig`` to process group ``pgid``; a group that is already gone is fine."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, sig)

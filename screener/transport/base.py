@@ -1,0 +1,111 @@
+"""What every transport promises: run an argv on a host, get a CommandResult or a TransportError.
+
+Also the one place where a remote argv becomes a command string (``remote_command``).
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+from screener.errors import ConfigError, TransportError
+
+if TYPE_CHECKING:
+    from screener.policy import TransportPolicy
+
+# Seconds the node-side ``timeout`` waits after SIGTERM before it sends SIGKILL.
+REMOTE_KILL_AFTER_S = 5.0
+# Exit statuses of coreutils ``timeout`` when it had to stop the command (TERM, then KILL).
+TIMEOUT_EXIT_STATUSES = (124, 128 + 9)
+# Extra seconds the client waits past the command timeout for the node-side ``timeout``
+# to report (exit 124) before giving up on the channel itself.
+CLIENT_GRACE_S = 2.0
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    """One finished command: where it ran, what ran, how it exited and what it printed."""
+
+    host: str
+    argv: tuple[str, ...]
+    exit_status: int
+    stdout: str
+    stderr: str
+    duration_s: float
+
+    @property
+    def ok(self) -> bool:
+        """True when the command exited 0."""
+        return self.exit_status == 0
+
+
+class Transport(Protocol):
+    """Runs argv lists on named hosts. A non-zero exit is a result, not an error."""
+
+    async def run(self, host: str, argv: Sequence[str], *, timeout: float) -> CommandResult:
+        """Run ``argv`` on ``host``; raise TransportError when no result could be had."""
+        ...
+
+    async def close(self) -> None:
+        """Release every connection/thread the transport holds."""
+        ...
+
+
+def check(result: CommandResult) -> CommandResult:
+    """Return ``result`` if it exited 0, else raise TransportError(kind="failed")."""
+    if result.exit_status == 0:
+        return result
+    lines = [line.strip() for line in result.stderr.splitlines() if line.strip()]
+    why = lines[0] if lines else "no stderr"
+    argv0 = result.argv[0] if result.argv else "?"
+    raise TransportError(
+        result.host, "failed", f"{argv0} exited with status {result.exit_status}: {why}"
+    )
+
+
+def remote_command(argv: Sequence[str], timeout: float) -> str:
+    """The command string sent to sshd for ``argv``, wrapped in coreutils ``timeout``.
+
+    sshd always hands the command string to the remote user's login shell (``$SHELL -c``);
+    there is no argv-level exec in the SSH protocol. ``shlex.join`` single-quotes every
+    argument that is not made only of shell-safe characters (and escapes embedded single
+    quotes as ``'"'"'``), so a POSIX shell splits the string back into exactly these
+    words and performs no expansion, substitution or command separation on any of them.
+    """
+    if not argv:
+        raise ConfigError("cannot run an empty command")
+    wrapped = [
+        "timeout",
+        # Dropping the channel does not stop a remote process (no pty => no SIGHUP), so an
+        # overrunning fio would keep hammering the node after the client gave up. timeout
+        # runs the command in its own process group and signals the whole group on expiry.
+        "-k",  # if SIGTERM is ignored (fio in uninterruptible I/O), SIGKILL this much later
+        f"{REMOTE_KILL_AFTER_S:g}",
+        f"{timeout:g}",  # the command's own deadline, measured on the node
+        *argv,  # timeout stops option parsing at DURATION, so argv[0] may even start with '-'
+    ]
+    return shlex.join(wrapped)
+
+
+def is_remote_timeout(exit_status: int, duration_s: float, timeout: float) -> bool:
+    """True when the node-side ``timeout`` wrapper, not the command, ended the run."""
+    return exit_status in TIMEOUT_EXIT_STATUSES and duration_s >= timeout * 0.98
+
+
+def make_transport(policy: TransportPolicy) -> Transport:
+    """The transport ``policy.kind`` names (asyncssh by default)."""
+    if policy.kind == "asyncssh":
+        from screener.transport.asyncssh_transport import AsyncsshTransport
+
+        return AsyncsshTransport(policy)
+    if policy.kind == "fabric":
+        from screener.transport.fabric_transport import FabricTransport
+
+        return FabricTransport(policy)
+    if policy.kind == "local":
+        from screener.transport.local import LocalTransport
+
+        return LocalTransport()
+    raise ConfigError(f"unknown transport kind {policy.kind!r} (asyncssh, fabric, local)")

@@ -1,0 +1,78 @@
+"""Shared session fixtures: one emulated cluster per test session (deploy/minicluster).
+
+    def test_x(cluster):                      # marked `cluster` automatically
+        cluster.ssh("node01", "hostname")     # real ssh, strict host keys
+        cluster.inject("node02", "slow_read", "20M")   # healed after the test
+
+Env: SCREENER_TEST_NODES (default 6), SCREENER_SKIP_CLUSTER=1 to skip instead of failing
+on a machine that cannot run the cluster.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:  # `deploy` is not an installed package; tests import it
+    sys.path.insert(0, str(REPO))
+
+from deploy.minicluster import Cluster, ClusterError, ClusterHandle, preflight  # noqa: E402
+from deploy.minicluster.slots import claim_slot  # noqa: E402
+
+_ACTIVE: list[ClusterHandle] = []  # the session cluster, once it is up
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test that uses the cluster fixture carries the `cluster` marker, so
+    `-m "not cluster"` deselects it even if its author forgot the decorator."""
+    for item in items:
+        if "cluster" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.cluster)
+
+
+def _test_nodes() -> int:
+    raw = os.environ.get("SCREENER_TEST_NODES", "6")
+    if not raw.isdigit() or not 1 <= int(raw) <= 99:
+        pytest.fail(f"SCREENER_TEST_NODES must be 1..99, got {raw!r}", pytrace=False)
+    return int(raw)
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[ClusterHandle]:
+    """An emulated Slurm cluster for the whole session, in its own slot (state dir, subnet,
+    ports), torn down at the end even when tests fail."""
+    if os.environ.get("SCREENER_SKIP_CLUSTER") == "1":
+        pytest.skip("SCREENER_SKIP_CLUSTER=1: emulated cluster disabled")
+    nodes = _test_nodes()
+    try:
+        preflight.check()
+    except ClusterError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    with claim_slot() as slot:
+        mc = Cluster(slot.state_dir)
+        try:
+            info = mc.up(nodes, subnet=slot.subnet, slurm_port_base=slot.slurm_port_base)
+        except ClusterError as exc:
+            mc.down()
+            pytest.fail(f"cannot bring the test cluster up: {exc}", pytrace=False)
+        handle = ClusterHandle(mc, info)
+        _ACTIVE.append(handle)
+        try:
+            yield handle
+        finally:
+            _ACTIVE.remove(handle)
+            mc.down()
+
+
+@pytest.fixture(autouse=True)
+def _reset_cluster_after_test(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After each test that used the cluster: heal every fault, restart dead daemons, cancel
+    leftover jobs and resume drained nodes, so tests stay independent."""
+    yield
+    if "cluster" in request.fixturenames and _ACTIVE:
+        _ACTIVE[-1].reset()

@@ -1,0 +1,148 @@
+"""The screening pipeline end to end on the emulated cluster: real sshd, real fio, real iostat.
+
+Each test injects a fault with the minicluster (blkio throttles, sshd stopped, fio hidden,
+scratch full) and checks the verdicts the pipeline reaches over asyncssh.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from screener.model import RunSummary, Status, Trigger
+from screener.pipeline import ScreenResult, screen
+from screener.policy import Policy, policy_from_dict
+from screener.store import open_store
+from screener.transport.base import make_transport
+
+pytestmark = pytest.mark.cluster
+
+SLOW_BPS = 20_000_000  # 20 MB/s: the loop devices read at >= 500 MB/s here
+
+
+def cluster_policy(cluster: Any, **verdict: Any) -> Policy:
+    """Short probes sized for the emulated nodes (1 GiB loop filesystems, 2 cores)."""
+    return policy_from_dict(
+        {
+            "probe": {"target": cluster.scratch, "size_mib": 64, "runtime_s": 1.5, "ramp_s": 0.5},
+            "transport": {
+                "ssh_config": str(cluster.ssh_config),
+                "known_hosts": str(cluster.known_hosts),
+                "connect_timeout_s": 5.0,
+                "command_timeout_s": 60.0,
+            },
+            "verdict": verdict,
+        }
+    )
+
+
+def run(cluster: Any, policy: Policy, store: Any = None, **kw: Any) -> ScreenResult:
+    async def go() -> ScreenResult:
+        transport = make_transport(policy.transport)
+        try:
+            return await screen(cluster.nodes, policy, transport, store, **kw)
+        finally:
+            await transport.close()
+
+    return asyncio.run(go())
+
+
+def statuses(result: ScreenResult) -> dict[str, Status]:
+    return {v.node: v.status for v in result.summary.verdicts}
+
+
+def test_slow_sequential_read_node_is_slow_read_and_peers_ok(cluster: Any, tmp_path: Path) -> None:
+    slow = cluster.nodes[1]
+    cluster.inject(slow, "slow_read", SLOW_BPS)
+    store = open_store(f"sqlite:///{tmp_path}/s.db", upgrade=True)
+    result = run(cluster, cluster_policy(cluster), store, trigger=Trigger.MANUAL)
+    got = statuses(result)
+    assert got[slow] == Status.SLOW_READ, result.summary
+    assert {n: s for n, s in got.items() if n != slow} == {
+        n: Status.OK for n in cluster.nodes if n != slow
+    }
+    v = next(v for v in result.summary.verdicts if v.node == slow)
+    assert v.confirmed and result.reprobed == (slow,)
+    assert v.read_mb_s is not None and v.read_mb_s < 30  # about the injected 20 MB/s
+    assert v.write_mb_s is not None and v.write_mb_s > 5 * v.read_mb_s
+    # iostat watched the node's own loop device while fio read from it
+    probe = result.probes[slow]
+    assert probe.iostat and {s.device for s in probe.iostat} == {probe.facts.device}
+    assert max(s.rkb_s for s in probe.iostat) * 1000 < 1.5 * SLOW_BPS
+    # the run and its verdicts are in the store
+    assert result.run_id is not None
+    stored = {v.node: v.status for v in store.run_verdicts(result.run_id)}
+    assert stored == got
+
+
+def test_slow_random_read_only_is_flagged(cluster: Any) -> None:
+    slow = cluster.nodes[2]
+    cluster.inject(slow, "slow_randread", 300)
+    result = run(cluster, cluster_policy(cluster))
+    v = next(v for v in result.summary.verdicts if v.node == slow)
+    assert v.status == Status.SLOW_READ
+    assert "peer_rand" in v.signals, v
+    assert all(s == Status.OK for n, s in statuses(result).items() if n != slow)
+
+
+def test_transient_slowness_healed_before_confirmation_is_not_slow(cluster: Any) -> None:
+    slow = cluster.nodes[0]
+    cluster.inject(slow, "slow_read", SLOW_BPS)
+    seen: list[RunSummary] = []
+
+    async def heal_between(first: RunSummary) -> None:
+        seen.append(first)
+        await asyncio.to_thread(cluster.heal, slow)
+
+    result = run(cluster, cluster_policy(cluster), between_rounds=heal_between)
+    first = {v.node: v.status for v in seen[0].verdicts}
+    assert first[slow] == Status.SLOW_READ  # the first probe did see it
+    v = next(v for v in result.summary.verdicts if v.node == slow)
+    assert v.status == Status.OK and v.reason.startswith("transient:"), v
+    assert not any(s.startswith("SLOW") for s in statuses(result).values())
+
+
+def test_all_nodes_slow_together_is_shared_cause(cluster: Any) -> None:
+    for n in cluster.nodes:
+        cluster.inject(n, "slow_read", SLOW_BPS)
+    result = run(cluster, cluster_policy(cluster))
+    assert result.summary.shared_cause, result.summary
+    assert not any(s.startswith("SLOW") for s in statuses(result).values())
+    assert result.rounds == 1  # nobody is a suspect, nothing to confirm
+
+
+@pytest.mark.parametrize(
+    ("fault", "kind", "words"),
+    [
+        ("unreachable", "unreachable", "unreachable"),
+        ("no_fio", "probe", "fio not found"),
+        ("full_scratch", "probe", "free space"),
+    ],
+)
+def test_errors_are_unknown_with_reason(cluster: Any, fault: str, kind: str, words: str) -> None:
+    bad = cluster.nodes[3]
+    cluster.inject(bad, fault)
+    result = run(cluster, cluster_policy(cluster))
+    v = next(v for v in result.summary.verdicts if v.node == bad)
+    assert v.status == Status.UNKNOWN, v
+    assert words in v.reason, v.reason
+    assert result.probes[bad].error_kind == kind
+    assert all(s == Status.OK for n, s in statuses(result).items() if n != bad)
+
+
+def test_unknown_host_key_is_refused(cluster: Any, tmp_path: Path) -> None:
+    empty = tmp_path / "known_hosts"
+    empty.write_text("")
+    policy = cluster_policy(cluster)
+    policy = dataclasses.replace(
+        policy, transport=dataclasses.replace(policy.transport, known_hosts=str(empty))
+    )
+    result = run(cluster, policy)
+    for v in result.summary.verdicts:
+        assert v.status == Status.UNKNOWN
+        assert "host key" in v.reason and "known_hosts" in v.reason, v.reason
+    assert {p.error_kind for p in result.probes.values()} == {"hostkey"}
