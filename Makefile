@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 # Debian packages the probes, the emulated cluster and the tests need.
 APT_PKGS := fio sysstat nvme-cli openssh-server openssh-client slurm-wlm slurm-client munge \
-            clustershell e2fsprogs util-linux iproute2 procps prometheus postgresql-client
+            clustershell e2fsprogs util-linux iproute2 procps postgresql-client
 APT_STAMP := $(VENV)/.apt-stamp
 PIP_STAMP := $(VENV)/.pip-stamp
 PG_VERSION_DIR := $(shell ls /etc/postgresql 2>/dev/null | head -n1)
@@ -41,11 +41,11 @@ postgres:
 	@pg_isready -h 127.0.0.1 -p 5432
 
 lint: venv
-	$(VENV)/bin/ruff check screener tests bench deploy jobs
-	$(VENV)/bin/ruff format --check screener tests bench deploy jobs
+	$(VENV)/bin/ruff check screener tests bench deploy migrations
+	$(VENV)/bin/ruff format --check screener tests bench deploy migrations
 
 typecheck: venv
-	$(VENV)/bin/mypy screener
+	$(VENV)/bin/mypy  # screener/ and deploy/, strict (pyproject.toml)
 
 test: deps postgres lint typecheck
 	$(PY) -m pytest -ra
@@ -59,6 +59,7 @@ demo: deps
 bench: deps
 	$(PY) bench/dispatch.py
 	$(PY) bench/screen_overhead.py
+	$(PY) bench/separation.py
 
 cluster-down:
 	$(PY) -m deploy.minicluster down

@@ -10,12 +10,14 @@ import asyncio
 import dataclasses
 import socket
 from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
 
+from screener.errors import ConfigError
 from screener.model import Trigger
 from screener.nodes import expand_nodeset, fold_nodes
 from screener.pipeline import BetweenRounds, NodeDone, ScreenResult, screen
 from screener.policy import Policy, database_url, validate
-from screener.store import open_store
+from screener.store import Store, open_store
 from screener.transport.base import make_transport
 
 
@@ -45,8 +47,6 @@ def resolve_nodes(nodeset: str | None, local: bool) -> list[str]:
     if local:
         return [socket.gethostname()]
     if not nodeset:
-        from screener.errors import ConfigError
-
         raise ConfigError("give a NODESET (e.g. 'node[01-08]') or --local")
     return expand_nodeset(nodeset)
 
@@ -83,3 +83,15 @@ def run_screen(
             await transport.close()
 
     return asyncio.run(go())
+
+
+def open_results(policy: Policy) -> Store:
+    """The store for read-only admin queries (never migrates: an empty DB is an error)."""
+    return open_store(database_url(policy))
+
+
+def flaky_since(days: float) -> datetime:
+    """Start of the flaky-node window: ``days`` before now, UTC."""
+    if days <= 0:
+        raise ConfigError("--days must be > 0")
+    return datetime.now(UTC) - timedelta(days=days)

@@ -1,7 +1,8 @@
 """The `screener` command: parse, call, print. No decisions are made here.
 
 Exit codes: 0 screen done and no node SLOW; 3 screen done and at least one node SLOW;
-1 error (one line on stderr); 2 bad usage.
+1 error (one line on stderr; with --local also when this machine could not be probed);
+2 bad usage.
 """
 
 from __future__ import annotations
@@ -37,6 +38,20 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--trigger", choices=[t.value for t in Trigger], default="manual")
     s.add_argument("--json", action="store_true", help="print JSON only")
 
+    r = sub.add_parser("runs", help="latest runs with their verdict counts")
+    r.add_argument("--limit", type=int, default=20)
+    r.add_argument("--json", action="store_true")
+
+    h = sub.add_parser("history", help="one node's verdicts, newest first")
+    h.add_argument("node")
+    h.add_argument("--limit", type=int, default=20)
+    h.add_argument("--json", action="store_true")
+
+    f = sub.add_parser("flaky", help="nodes that flipped between OK and SLOW")
+    f.add_argument("--days", type=float, default=7.0, help="window (default 7 days)")
+    f.add_argument("--min-transitions", type=int, default=2)
+    f.add_argument("--json", action="store_true")
+
     db = sub.add_parser("db", help="database schema")
     db.add_argument("action", choices=["upgrade", "current"])
     return p
@@ -66,7 +81,32 @@ def _screen(args: argparse.Namespace, console: Console) -> int:
         print(report.result_json(result))
     else:
         report.print_result(result, console)
+    if args.local and (failure := report.local_failure(result)):
+        raise ScreenerError(failure)  # screening this machine failed: say why, exit 1
     return EXIT_SLOW if report.any_slow(result) else 0
+
+
+def _query(args: argparse.Namespace, console: Console) -> int:
+    from screener import app, report
+    from screener.nodes import validate_node
+
+    policy = load_policy(args.config)
+    rows: Sequence[object]
+    with app.open_results(policy) as store:
+        if args.command == "runs":
+            title, rows = "latest runs", store.latest_runs(args.limit)
+        elif args.command == "history":
+            node = validate_node(args.node)
+            title, rows = f"history of {node}", store.node_history(node, args.limit)
+        else:
+            since = app.flaky_since(args.days)
+            title = f"flaky nodes, last {args.days:g} days"
+            rows = store.flaky_nodes(since, args.min_transitions)
+    if args.json:
+        print(report.rows_json(rows))
+    else:
+        console.print(report.rows_table(title, rows))
+    return 0
 
 
 def _db(args: argparse.Namespace, console: Console) -> int:
@@ -91,6 +131,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "screen":
             return _screen(args, console)
+        if args.command in ("runs", "history", "flaky"):
+            return _query(args, console)
         return _db(args, console)
     except ScreenerError as exc:
         print(f"screener: error: {exc}", file=sys.stderr)

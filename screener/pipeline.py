@@ -74,11 +74,17 @@ class ScreenResult:
     rounds: int
     wall_s: float
     reprobed: tuple[str, ...] = field(default_factory=tuple)
+    round_longest_s: tuple[float, ...] = ()  # per round, the longest single-node probe
 
     @property
     def longest_probe_s(self) -> float:
-        """Longest single-node probe time in the run (for overhead accounting)."""
-        return max((p.duration_s for p in self.probes.values()), default=0.0)
+        """Time the slowest node kept each round busy, summed over rounds."""
+        return sum(self.round_longest_s)
+
+    @property
+    def overhead_s(self) -> float:
+        """Wall time not spent waiting for the slowest node: fan-out, deciding, storing."""
+        return self.wall_s - self.longest_probe_s
 
 
 def _ok(res: CommandResult, what: str) -> CommandResult:
@@ -230,16 +236,16 @@ async def screen(
         _record(store, run_id, first, 1)
         summary = evaluate(first, history, policy.verdict)
         final = {p.node: p for p in first}
+        longest = [_longest(first)]
         again = suspects(summary) if policy.verdict.confirm else []
-        rounds = 1
         if again:
             if between_rounds is not None:
                 await between_rounds(summary)
             second = await probe_all(transport, again, policy, 2, on_done)
             _record(store, run_id, second, 2)
+            longest.append(_longest(second))
             final.update({p.node: p for p in second})
             summary = confirm(summary, evaluate(list(final.values()), history, policy.verdict))
-            rounds = 2
         if store is not None and run_id is not None:
             store.record_verdicts(run_id, summary)
             store.finish_run(run_id, clock.now(), "done")
@@ -251,10 +257,15 @@ async def screen(
         run_id=run_id,
         summary=summary,
         probes=final,
-        rounds=rounds,
+        rounds=len(longest),
         wall_s=time.monotonic() - t0,
         reprobed=tuple(again),
+        round_longest_s=tuple(longest),
     )
+
+
+def _longest(probes: Sequence[NodeProbe]) -> float:
+    return max((p.duration_s for p in probes), default=0.0)
 
 
 def _record(

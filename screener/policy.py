@@ -46,8 +46,8 @@ class VerdictPolicy:
     max_write_read_ratio: float = 5.0  # seed 001: slow nodes had W/R 8x..83x, healthy < 1.5
     max_slow_fraction: float = 0.05  # fraction of reads >= 100 ms
     max_r_await_ms: float = 0.0  # iostat r_await ceiling during the probe (0 = off)
-    z_threshold: float = 3.5  # robust z below -this vs peers is slow (Iglewicz-Hoaglin)
-    mad_floor_fraction: float = 0.05  # MAD never below 5% of the median: quiet fleets
+    z_threshold: float = 3.5  # robust z (log scale) below -this vs peers (Iglewicz-Hoaglin)
+    mad_floor_fraction: float = 0.05  # log-MAD never below log(1.05): quiet fleets
     min_peers: int = 4  # below this many usable peers, no peer comparison
     min_peer_drop: float = 0.5  # peer rule also needs value < this * median (a real gap)
     shared_cause_fraction: float = 0.5  # this share of nodes slow together = shared cause

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import enum
 import json
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from datetime import datetime
 from typing import Any
 
 from rich.console import Console
@@ -95,6 +97,47 @@ def result_json(result: ScreenResult) -> str:
         ],
     }
     return json.dumps(doc, indent=2, default=str)
+
+
+def _cell(value: object) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:,.2f}"
+    if isinstance(value, datetime):
+        return value.strftime("%Y-%m-%d %H:%M:%S")
+    if isinstance(value, enum.Enum):
+        return str(value.value)
+    return str(value)
+
+
+def rows_table(title: str, rows: Sequence[object]) -> Table:
+    """Any list of the store's row dataclasses as a table, one column per field."""
+    table = Table(title=title, title_justify="left")
+    if not rows:
+        table.add_column("(no rows)")
+        return table
+    names = [f.name for f in dataclasses.fields(rows[0])]  # type: ignore[arg-type]
+    for name in names:
+        table.add_column(name, overflow="fold")
+    for row in rows:
+        table.add_row(*(_cell(getattr(row, n)) for n in names))
+    return table
+
+
+def rows_json(rows: Sequence[object]) -> str:
+    """The same rows as a JSON list (datetimes in ISO 8601, enums by value)."""
+    return json.dumps(
+        [dataclasses.asdict(r) for r in rows],  # type: ignore[call-overload]
+        indent=2,
+        default=lambda v: v.isoformat() if isinstance(v, datetime) else str(v),
+    )
+
+
+def local_failure(result: ScreenResult) -> str | None:
+    """For a one-node (--local) screen: the reason the node could not be judged, if any."""
+    (v,) = result.summary.verdicts
+    return v.reason if v.status == Status.UNKNOWN else None
 
 
 def any_slow(result: ScreenResult) -> bool:

@@ -115,9 +115,13 @@ def test_local_target_missing_is_unknown(tmp_path: Path) -> None:
         "--json",
         "--no-store",
     )
-    assert res.returncode == 0, res.stderr  # a completed screen; the node is UNKNOWN
+    # the run completed (JSON on stdout, node UNKNOWN) but this machine could not be probed:
+    # exit 1 with the reason as the one line on stderr
+    assert res.returncode == 1
     (node,) = json.loads(res.stdout)["nodes"]
     assert node["status"] == "UNKNOWN" and str(missing) in node["reason"], node
+    (line,) = res.stderr.strip().splitlines()
+    assert line.startswith("screener: error: ") and str(missing) in line
     assert not missing.exists()
 
 
@@ -147,3 +151,29 @@ def test_screen_cluster_over_ssh_exit_3_and_stored(cluster: Any, tmp_path: Path)
     with sqlite3.connect(db) as con:
         rows = con.execute("select status from verdicts").fetchall()
     assert sorted(r[0] for r in rows) == sorted(got.values())
+
+
+def test_admin_queries_read_back_a_local_run(tmp_path: Path) -> None:
+    target = tmp_path / "target"
+    target.mkdir()
+    env = {"SCREENER_DATABASE_URL": f"sqlite:///{tmp_path}/q.db"}
+    cfg = str(small_config(tmp_path))
+    res = screener("--config", cfg, "screen", "--local", "--target", str(target), "--json", env=env)
+    assert res.returncode in (0, 3), res.stderr
+    (node,) = json.loads(res.stdout)["nodes"]
+    runs = json.loads(screener("runs", "--json", env=env).stdout)
+    assert len(runs) == 1 and runs[0]["node_count"] == 1 and runs[0]["status"] == "done"
+    assert runs[0]["n_ok"] + runs[0]["n_slow"] + runs[0]["n_degraded"] == 1
+    hist = json.loads(screener("history", node["node"], "--json", env=env).stdout)
+    assert [h["status"] for h in hist] == [node["status"]]
+    assert hist[0]["read_mb_s"] == pytest.approx(node["read_mb_s"])
+    flaky = json.loads(screener("flaky", "--json", env=env).stdout)
+    assert flaky == []  # one run cannot flip
+    table = screener("runs", env=env)
+    assert table.returncode == 0 and "latest runs" in table.stdout
+
+
+def test_admin_query_on_an_empty_database_says_so(tmp_path: Path) -> None:
+    res = screener("runs", env={"SCREENER_DATABASE_URL": f"sqlite:///{tmp_path}/empty.db"})
+    assert res.returncode == 1
+    assert "screener db upgrade" in res.stderr and len(res.stderr.strip().splitlines()) == 1
