@@ -196,8 +196,13 @@ async def probe_all(
     round_no: int,
     on_done: NodeDone | None = None,
 ) -> list[NodeProbe]:
-    """Probe every node in parallel (bounded by ``transport.concurrency``), order kept."""
-    gate = asyncio.Semaphore(policy.transport.concurrency)
+    """Probe every node in parallel, order kept.
+
+    The transport bounds *commands* by ``concurrency``; a node runs two at once (fio and
+    its iostat monitor), so at most half as many nodes start together. Otherwise fio
+    commands could fill every slot and each iostat would only start after its fio ended.
+    """
+    gate = asyncio.Semaphore(max(1, policy.transport.concurrency // 2))
 
     async def one(node: str) -> NodeProbe:
         async with gate:

@@ -61,7 +61,7 @@ class TransportPolicy:
     """How screener reaches nodes."""
 
     kind: str = "asyncssh"  # asyncssh | fabric | local
-    concurrency: int = 256
+    concurrency: int = 256  # commands in flight at once; a probing node holds two
     connect_timeout_s: float = 10.0
     command_timeout_s: float = 120.0
     username: str | None = None
