@@ -163,6 +163,8 @@ async def probe_node(transport: Transport, node: str, policy: Policy) -> NodePro
         return _failed(node, exc.kind, str(exc), t0)
     except ProbeError as exc:
         return _failed(node, "probe", str(exc), t0)
+    except Exception as exc:  # one node's surprise must not abort the whole fleet
+        return _failed(node, "internal", f"{node}: internal error: {exc!r}", t0)
 
 
 def _monitor(

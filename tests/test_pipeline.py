@@ -146,3 +146,16 @@ def test_unknown_host_key_is_refused(cluster: Any, tmp_path: Path) -> None:
         assert v.status == Status.UNKNOWN
         assert "host key" in v.reason and "known_hosts" in v.reason, v.reason
     assert {p.error_kind for p in result.probes.values()} == {"hostkey"}
+
+
+def test_extremely_slow_reader_is_slow_not_unknown(cluster: Any) -> None:
+    # seed 001's worst node read ~6,000x slower than its peers. At 2 MB/s the 32 reads in
+    # flight take ~16 s to drain after fio's time is up: the probe must wait for them and
+    # call the node SLOW_READ, not give up and call it UNKNOWN.
+    slow = cluster.nodes[4]
+    cluster.inject(slow, "slow_read", 2_000_000)
+    result = run(cluster, cluster_policy(cluster))
+    v = next(v for v in result.summary.verdicts if v.node == slow)
+    assert v.status == Status.SLOW_READ and v.confirmed, v
+    assert v.read_mb_s is not None and v.read_mb_s < 5
+    assert "100% of reads >= 100 ms" in v.reason

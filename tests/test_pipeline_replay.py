@@ -1,0 +1,102 @@
+"""Pipeline control flow replayed from real captured outputs (fast, no cluster).
+
+The transport here is a fake only in *where* output comes from: every stdout it returns
+was captured from real preflight/facts/fio/iostat runs (tests/data/probe/). What cannot be
+produced on demand with the real components (an unexpected exception inside a transport)
+is also covered here. End-to-end behaviour on real sshd and fio is in test_pipeline.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from pathlib import Path
+
+from screener.errors import TransportError
+from screener.model import Status
+from screener.pipeline import ScreenResult, screen
+from screener.policy import Policy, policy_from_dict
+from screener.store import open_store
+from screener.transport.base import CommandResult
+
+DATA = Path(__file__).parent / "data" / "probe"
+PREFLIGHT = (DATA / "preflight" / "loop_ok.txt").read_text()
+FACTS = (DATA / "facts" / "loop.txt").read_text()
+FIO_OK = (DATA / "fio" / "fio-3.33_loop_ok.json").read_text()
+FIO_SLOW = (DATA / "fio" / "fio-3.33_loop_slow_read.json").read_text()
+FIO_ENOSPC = (DATA / "fio" / "fio-3.33_enospc.txt").read_text()
+IOSTAT = (DATA / "iostat" / "sysstat-12.6.1_loop0_sigint.json").read_text()
+
+# The captured preflight reports a 64 MiB probe file already in place: no layout step.
+POLICY: Policy = policy_from_dict({"probe": {"size_mib": 64}})
+
+
+class ReplayTransport:
+    """Answers each command with a captured output, chosen per node by ``fio_out``."""
+
+    def __init__(self, fio_out: dict[str, str], raising: Sequence[str] = ()) -> None:
+        self.fio_out = fio_out
+        self.raising = set(raising)
+        self.calls: list[tuple[str, str]] = []
+
+    async def run(self, host: str, argv: Sequence[str], *, timeout: float) -> CommandResult:
+        what = argv[3] if argv[0] == "sh" else argv[0]
+        self.calls.append((host, what))
+        if host in self.raising:
+            raise RuntimeError("surprise from a transport")
+        if what == "screener-preflight":
+            out, rc = PREFLIGHT, 0
+        elif what == "screener-facts":
+            out, rc = FACTS, 0
+        elif what == "fio":
+            out = self.fio_out.get(host, FIO_OK)
+            rc = 1 if out is FIO_ENOSPC else 0
+        elif what == "env":  # iostat runs under `env LC_ALL=C ...`
+            out, rc = IOSTAT, 0
+        else:
+            raise TransportError(host, "failed", f"unexpected command {argv!r}")
+        return CommandResult(host, tuple(argv), rc, out, "", 0.01)
+
+    async def close(self) -> None:
+        return None
+
+
+def replay(transport: ReplayTransport, nodes: list[str], store: object = None) -> ScreenResult:
+    return asyncio.run(screen(nodes, POLICY, transport, store))  # type: ignore[arg-type]
+
+
+NODES = [f"n{i}" for i in range(1, 7)]
+
+
+def test_captured_slow_reader_is_confirmed_and_stored(tmp_path: Path) -> None:
+    t = ReplayTransport({"n3": FIO_SLOW})
+    store = open_store(f"sqlite:///{tmp_path}/r.db", upgrade=True)
+    result = replay(t, NODES, store)
+    got = {v.node: v.status for v in result.summary.verdicts}
+    assert got.pop("n3") == Status.SLOW_READ
+    assert set(got.values()) == {Status.OK}
+    assert result.reprobed == ("n3",) and result.rounds == 2
+    # only the suspect was probed again: one more preflight for n3, none for the others
+    assert sum(1 for h, w in t.calls if w == "screener-preflight") == len(NODES) + 1
+    # iostat samples were parsed and kept for the node's device
+    assert result.probes["n3"].iostat and result.probes["n3"].facts is not None
+    assert result.run_id is not None
+    assert {v.node: v.status for v in store.run_verdicts(result.run_id)}["n3"] == Status.SLOW_READ
+    assert len(store.run_probes(result.run_id, round=2)) == 1
+
+
+def test_unexpected_exception_on_one_node_is_unknown_not_fatal() -> None:
+    result = replay(ReplayTransport({}, raising=["n2"]), NODES)
+    v = {v.node: v for v in result.summary.verdicts}
+    assert v["n2"].status == Status.UNKNOWN
+    assert "internal error" in v["n2"].reason and "surprise" in v["n2"].reason
+    assert result.probes["n2"].error_kind == "internal"
+    assert {v[n].status for n in NODES if n != "n2"} == {Status.OK}
+
+
+def test_fio_failure_is_unknown_with_fios_reason() -> None:
+    result = replay(ReplayTransport({"n4": FIO_ENOSPC}), NODES)
+    v = {v.node: v for v in result.summary.verdicts}
+    assert v["n4"].status == Status.UNKNOWN
+    assert "No space left on device" in v["n4"].reason, v["n4"].reason
+    assert result.probes["n4"].error_kind == "probe"
