@@ -34,19 +34,20 @@ def small_config(tmp_path: Path, extra: str = "") -> Path:
     return cfg
 
 
+def local_screen(
+    tmp_path: Path, *extra: str, env: dict[str, str] | None = None, target: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    """`screener screen --local` with short probes on a directory under tmp_path."""
+    if target is None:
+        target = tmp_path / "target"  # on the root filesystem: O_DIRECT works (not tmpfs)
+        target.mkdir(exist_ok=True)
+    cfg = str(small_config(tmp_path))
+    return screener("--config", cfg, "screen", "--local", "--target", str(target), *extra, env=env)
+
+
 def test_local_screen_prints_table_and_stores_the_run(tmp_path: Path) -> None:
-    target = tmp_path / "target"  # on the root filesystem: O_DIRECT works (not tmpfs)
-    target.mkdir()
     db = tmp_path / "screener.db"
-    res = screener(
-        "--config",
-        str(small_config(tmp_path)),
-        "screen",
-        "--local",
-        "--target",
-        str(target),
-        env={"SCREENER_DATABASE_URL": f"sqlite:///{db}"},
-    )
+    res = local_screen(tmp_path, env={"SCREENER_DATABASE_URL": f"sqlite:///{db}"})
     assert res.returncode in (0, 3), res.stderr
     assert "read MB/s" in res.stdout and "1 nodes:" in res.stdout
     with sqlite3.connect(db) as con:
@@ -56,18 +57,7 @@ def test_local_screen_prints_table_and_stores_the_run(tmp_path: Path) -> None:
 
 
 def test_local_screen_json_only(tmp_path: Path) -> None:
-    target = tmp_path / "t"
-    target.mkdir()
-    res = screener(
-        "--config",
-        str(small_config(tmp_path)),
-        "screen",
-        "--local",
-        "--target",
-        str(target),
-        "--json",
-        "--no-store",
-    )
+    res = local_screen(tmp_path, "--json", "--no-store")
     assert res.returncode in (0, 3), res.stderr
     doc = json.loads(res.stdout)  # nothing but JSON on stdout
     (node,) = doc["nodes"]
@@ -105,16 +95,7 @@ def test_bad_input_is_one_line_error(args: list[str], env: dict[str, str], messa
 
 def test_local_target_missing_is_unknown(tmp_path: Path) -> None:
     missing = tmp_path / "no-such-dir"
-    res = screener(
-        "--config",
-        str(small_config(tmp_path)),
-        "screen",
-        "--local",
-        "--target",
-        str(missing),
-        "--json",
-        "--no-store",
-    )
+    res = local_screen(tmp_path, "--json", "--no-store", target=missing)
     # the run completed (JSON on stdout, node UNKNOWN) but this machine could not be probed:
     # exit 1 with the reason as the one line on stderr
     assert res.returncode == 1
@@ -154,11 +135,8 @@ def test_screen_cluster_over_ssh_exit_3_and_stored(cluster: Any, tmp_path: Path)
 
 
 def test_admin_queries_read_back_a_local_run(tmp_path: Path) -> None:
-    target = tmp_path / "target"
-    target.mkdir()
     env = {"SCREENER_DATABASE_URL": f"sqlite:///{tmp_path}/q.db"}
-    cfg = str(small_config(tmp_path))
-    res = screener("--config", cfg, "screen", "--local", "--target", str(target), "--json", env=env)
+    res = local_screen(tmp_path, "--json", env=env)
     assert res.returncode in (0, 3), res.stderr
     (node,) = json.loads(res.stdout)["nodes"]
     runs = json.loads(screener("runs", "--json", env=env).stdout)
