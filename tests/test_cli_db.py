@@ -1,0 +1,34 @@
+"""`screener db upgrade|current` on SQLite and on the real PostgreSQL."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from screener.store.migrate import head_revision
+
+pytest_plugins = ["store_fixtures"]  # fixtures: db_backend, empty_db_url, pg_dbs
+
+
+def db(action: str, url: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "screener.cli", "db", action],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "SCREENER_DATABASE_URL": url},
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def test_db_current_then_upgrade_then_current(empty_db_url: str) -> None:
+    before = db("current", empty_db_url)
+    assert before.returncode == 0, before.stderr
+    assert "not initialised" in before.stdout
+    up = db("upgrade", empty_db_url)
+    assert up.returncode == 0, up.stderr
+    assert f"database at revision {head_revision()}" in up.stdout
+    again = db("upgrade", empty_db_url)  # idempotent
+    assert again.returncode == 0 and head_revision() in again.stdout
+    assert head_revision() in db("current", empty_db_url).stdout
