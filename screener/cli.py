@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from rich.console import Console
 
 from screener import __version__
-from screener.errors import ScreenerError
+from screener.errors import ScreenerError, StoreError
 from screener.model import Trigger
 from screener.policy import load_policy
 
@@ -81,6 +81,8 @@ def _screen(args: argparse.Namespace, console: Console) -> int:
         print(report.result_json(result))
     else:
         report.print_result(result, console)
+    if result.store_error:  # the figures are printed above; say they were not all stored
+        raise StoreError(f"results above not stored: {result.store_error}")
     if args.local and (failure := report.local_failure(result)):
         raise ScreenerError(failure)  # screening this machine failed: say why, exit 1
     return EXIT_SLOW if report.any_slow(result) else 0

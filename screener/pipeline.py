@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Protocol
 
-from screener.errors import ProbeError, ScreenerError, TransportError
+from screener.errors import ProbeError, ScreenerError, StoreError, TransportError
 from screener.model import IostatSample, NodeFacts, NodeProbe, RunSummary, Trigger
 from screener.policy import Policy
 from screener.probe.facts import facts_argv, parse_facts
@@ -75,6 +75,7 @@ class ScreenResult:
     wall_s: float
     reprobed: tuple[str, ...] = field(default_factory=tuple)
     round_longest_s: tuple[float, ...] = ()  # per round, the longest single-node probe
+    store_error: str | None = None  # set when the run could not be (fully) stored
 
     @property
     def longest_probe_s(self) -> float:
@@ -232,15 +233,17 @@ async def screen(
     """Screen ``nodes``: probe, judge against peers and history, confirm suspects, store."""
     clock = clock or SystemClock()
     t0 = time.monotonic()
-    run_id = None
-    if store is not None:
+    history: dict[str, list[float]] = {}
+    rec = _Recorder(None, None)
+    if store is not None:  # a store that fails here fails the screen: nothing measured yet
+        history = store.read_histories(nodes, policy.verdict.history_runs)
         run_id = store.start_run(
             trigger, nodes, policy.to_dict(), job_id, nodeset or ",".join(nodes), clock.now()
         )
+        rec = _Recorder(store, run_id)
     try:
-        history = store.read_histories(nodes, policy.verdict.history_runs) if store else {}
         first = await probe_all(transport, nodes, policy, 1, on_done)
-        _record(store, run_id, first, 1)
+        rec.probes(first, 1)
         summary = evaluate(first, history, policy.verdict)
         final = {p.node: p for p in first}
         longest = [_longest(first)]
@@ -249,41 +252,66 @@ async def screen(
             if between_rounds is not None:
                 await between_rounds(summary)
             second = await probe_all(transport, again, policy, 2, on_done)
-            _record(store, run_id, second, 2)
+            rec.probes(second, 2)
             longest.append(_longest(second))
             final.update({p.node: p for p in second})
             summary = confirm(summary, evaluate(list(final.values()), history, policy.verdict))
-        if store is not None and run_id is not None:
-            store.record_verdicts(run_id, summary)
-            store.finish_run(run_id, clock.now(), "done")
+        rec.done(summary, clock.now())
     except BaseException:
-        if store is not None and run_id is not None:
-            _finish_failed(store, run_id, clock)
+        rec.failed(clock.now())
         raise
     return ScreenResult(
-        run_id=run_id,
+        run_id=rec.run_id,
         summary=summary,
         probes=final,
         rounds=len(longest),
         wall_s=time.monotonic() - t0,
         reprobed=tuple(again),
         round_longest_s=tuple(longest),
+        store_error=str(rec.error) if rec.error else None,
     )
+
+
+class _Recorder:
+    """Writes one run's results. A store failure mid-run is kept, not raised: the figures
+    already measured must still reach the admin (printed, with the error) and not be lost.
+    After the first failure nothing more is written."""
+
+    def __init__(self, store: RunStore | None, run_id: int | None) -> None:
+        self.store = store
+        self.run_id = run_id
+        self.error: StoreError | None = None
+
+    def _write(self, fn: Callable[[RunStore, int], None]) -> None:
+        if self.store is None or self.run_id is None or self.error is not None:
+            return
+        try:
+            fn(self.store, self.run_id)
+        except StoreError as exc:
+            self.error = exc
+
+    def probes(self, probes: Sequence[NodeProbe], rnd: int) -> None:
+        def write(store: RunStore, run_id: int) -> None:
+            for p in probes:
+                store.record_probe(run_id, p, rnd)
+
+        self._write(write)
+
+    def done(self, summary: RunSummary, at: datetime) -> None:
+        def write(store: RunStore, run_id: int) -> None:
+            store.record_verdicts(run_id, summary)
+            store.finish_run(run_id, at, "done")
+
+        self._write(write)
+        if self.error is not None:
+            self.failed(at)
+
+    def failed(self, at: datetime) -> None:
+        """Mark the run failed, without masking the error that interrupted it."""
+        if self.store is not None and self.run_id is not None:
+            with contextlib.suppress(ScreenerError):
+                self.store.finish_run(self.run_id, at, "failed")
 
 
 def _longest(probes: Sequence[NodeProbe]) -> float:
     return max((p.duration_s for p in probes), default=0.0)
-
-
-def _record(
-    store: RunStore | None, run_id: int | None, probes: Sequence[NodeProbe], rnd: int
-) -> None:
-    if store is not None and run_id is not None:
-        for p in probes:
-            store.record_probe(run_id, p, rnd)
-
-
-def _finish_failed(store: RunStore, run_id: int, clock: Clock) -> None:
-    """Mark a run failed without masking the error that interrupted it."""
-    with contextlib.suppress(ScreenerError):
-        store.finish_run(run_id, clock.now(), "failed")

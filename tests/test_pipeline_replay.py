@@ -12,11 +12,11 @@ import asyncio
 from collections.abc import Sequence
 from pathlib import Path
 
-from screener.errors import TransportError
+from screener.errors import StoreError, TransportError
 from screener.model import Status
 from screener.pipeline import ScreenResult, screen
 from screener.policy import Policy, policy_from_dict
-from screener.store import open_store
+from screener.store import Store, open_store
 from screener.transport.base import CommandResult
 
 DATA = Path(__file__).parent / "data" / "probe"
@@ -100,3 +100,28 @@ def test_fio_failure_is_unknown_with_fios_reason() -> None:
     assert v["n4"].status == Status.UNKNOWN
     assert "No space left on device" in v["n4"].reason, v["n4"].reason
     assert result.probes["n4"].error_kind == "probe"
+
+
+class FailingAfterStart:
+    """A real SQLite store whose writes start failing after start_run (a DB that went away
+    mid-run cannot be produced on demand with the real server)."""
+
+    def __init__(self, real: Store) -> None:
+        self.real = real
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.real, name)
+
+    def record_probe(self, run_id: int, probe: object, round: int) -> None:
+        raise StoreError("database went away")
+
+
+def test_store_failure_mid_run_keeps_the_results(tmp_path: Path) -> None:
+    real = open_store(f"sqlite:///{tmp_path}/f.db", upgrade=True)
+    result = replay(ReplayTransport({"n3": FIO_SLOW}), NODES, FailingAfterStart(real))
+    # the screen still finished and judged every node
+    assert {v.node: v.status for v in result.summary.verdicts}["n3"] == Status.SLOW_READ
+    assert result.store_error == "database went away"
+    # and the run is marked failed in the store, not left "running"
+    (run,) = real.latest_runs(5)
+    assert run.status == "failed"
