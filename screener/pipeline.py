@@ -21,7 +21,7 @@ from screener.probe.facts import facts_argv, parse_facts
 from screener.probe.fio import fio_argv, layout_argv, parse_fio, policy_jobs, probe_duration_s
 from screener.probe.iostat import iostat_argv, iostat_count, parse_iostat
 from screener.probe.preflight import parse_preflight, preflight_argv
-from screener.transport.base import CommandResult, Transport
+from screener.transport.base import CommandResult, Transport, check
 from screener.verdict import confirm, evaluate, suspects
 
 
@@ -89,11 +89,11 @@ class ScreenResult:
 
 
 def _ok(res: CommandResult, what: str) -> CommandResult:
-    """Raise a one-line ProbeError for a non-zero exit, naming the first stderr line."""
-    if res.exit_status != 0:
-        first = next((ln for ln in res.stderr.splitlines() if ln.strip()), "")
-        raise ProbeError(res.host, f"{what} exited {res.exit_status}", first or res.stdout)
-    return res
+    """``check`` for probe steps: a non-zero exit is a ProbeError naming the step."""
+    try:
+        return check(res)
+    except TransportError as exc:
+        raise ProbeError(res.host, f"{what}: {exc.message}") from None
 
 
 async def _facts(transport: Transport, node: str, policy: Policy) -> NodeFacts | None:

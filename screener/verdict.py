@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from screener.model import NodeFacts, NodeProbe, RunSummary, Status, Verdict
@@ -113,6 +113,26 @@ def _peer_slow(stats: PeerStats, value: float, policy: VerdictPolicy) -> bool:
     return stats.z(value) < -policy.z_threshold and value < policy.min_peer_drop * stats.median
 
 
+def _peer_reason(
+    stats: PeerStats | None,
+    value: float,
+    label: str,
+    fmt: Callable[[float], str],
+    policy: VerdictPolicy,
+) -> str | None:
+    """The reason text when the peer rule fires for ``value``, else None."""
+    if stats is None or not _peer_slow(stats, value, policy):
+        return None
+    return (
+        f"{label} {fmt(value)} = {value / stats.median:.2f}x peer median "
+        f"{fmt(stats.median)} (z={stats.z(value):.1f})"
+    )
+
+
+def _fmt_iops(iops: float) -> str:
+    return f"{iops:,.0f} IOPS"
+
+
 def _fmt_mb(bw_bytes: float) -> str:
     return f"{bw_bytes / 1e6:,.0f} MB/s" if bw_bytes >= 1e6 else f"{bw_bytes / 1e6:.2f} MB/s"
 
@@ -130,12 +150,9 @@ def _read_signals(
     why: list[str] = []
     bw = p.seq_read.bw_bytes
     z_read = read.z(bw) if read else None
-    if read and z_read is not None and _peer_slow(read, bw, policy):
+    if text := _peer_reason(read, bw, "seq read", _fmt_mb, policy):
         tags.append("peer_read")
-        why.append(
-            f"seq read {_fmt_mb(bw)} = {bw / read.median:.2f}x peer median "
-            f"{_fmt_mb(read.median)} (z={z_read:.1f})"
-        )
+        why.append(text)
     if policy.min_read_mb_s and bw / 1e6 < policy.min_read_mb_s:
         tags.append("abs_read")
         why.append(f"seq read {_fmt_mb(bw)} < floor {policy.min_read_mb_s:g} MB/s")
@@ -155,12 +172,9 @@ def _read_signals(
     if p.rand_read is not None:
         iops = p.rand_read.iops
         z_rand = rand.z(iops) if rand else None
-        if rand and z_rand is not None and _peer_slow(rand, iops, policy):
+        if text := _peer_reason(rand, iops, "4k rand read", _fmt_iops, policy):
             tags.append("peer_rand")
-            why.append(
-                f"4k rand read {iops:,.0f} IOPS = {iops / rand.median:.2f}x peer median "
-                f"(z={z_rand:.1f})"
-            )
+            why.append(text)
         if policy.min_rand_read_iops and iops < policy.min_rand_read_iops:
             tags.append("abs_rand")
             why.append(f"4k rand read {iops:,.0f} IOPS < floor {policy.min_rand_read_iops:g}")
@@ -180,12 +194,9 @@ def _write_signals(
     bw = p.seq_write.bw_bytes
     tags: list[str] = []
     why: list[str] = []
-    if write and _peer_slow(write, bw, policy):
+    if text := _peer_reason(write, bw, "seq write", _fmt_mb, policy):
         tags.append("peer_write")
-        why.append(
-            f"seq write {_fmt_mb(bw)} = {bw / write.median:.2f}x peer median "
-            f"{_fmt_mb(write.median)} (z={write.z(bw):.1f})"
-        )
+        why.append(text)
     if policy.min_write_mb_s and bw / 1e6 < policy.min_write_mb_s:
         tags.append("abs_write")
         why.append(f"seq write {_fmt_mb(bw)} < floor {policy.min_write_mb_s:g} MB/s")

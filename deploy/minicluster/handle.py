@@ -3,6 +3,7 @@ fixture yields it (also handy for the demo and benchmarks)."""
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import time
 from pathlib import Path
@@ -77,17 +78,7 @@ class ClusterHandle:
         self.heal()
         spec = self.info.spec
         if not self.cluster.status().healthy:
-            self.cluster.up(
-                spec.nodes,
-                prefix=spec.prefix,
-                subnet=spec.subnet,
-                slurm_port_base=spec.slurm_port_base,
-                sshd_only=spec.sshd_only,
-                scratch_mib=spec.scratch_mib,
-                prolog=spec.prolog,
-                epilog=spec.epilog,
-                timeout=timeout,
-            )
+            self.cluster.up(**dataclasses.asdict(spec), timeout=timeout)  # same spec: repair
         if not self.info.slurm:
             return
         env = self.env()
