@@ -41,8 +41,8 @@ postgres:
 	@pg_isready -h 127.0.0.1 -p 5432
 
 lint: venv
-	$(VENV)/bin/ruff check screener tests bench deploy migrations
-	$(VENV)/bin/ruff format --check screener tests bench deploy migrations
+	$(VENV)/bin/ruff check screener tests bench deploy
+	$(VENV)/bin/ruff format --check screener tests bench deploy
 
 typecheck: venv
 	$(VENV)/bin/mypy  # screener/ and deploy/, strict (pyproject.toml)

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from deploy.minicluster.cluster import Cluster
-from deploy.minicluster.spec import ClusterInfo
+from deploy.minicluster.spec import SPEC_FILE, ClusterInfo
 from screener import cli
 from screener.errors import ScreenerError
 from screener.policy import Policy, database_url
@@ -42,7 +42,14 @@ def main() -> int:
     """Bring the demo cluster up, screen it with `screener screen`, say where things are."""
     try:
         cluster = Cluster()
-        print(f"bringing up {NODES} emulated nodes in {cluster.state_dir} ...", flush=True)
+        if (cluster.state_dir / SPEC_FILE).exists():  # a second `make demo`: reuse, repair
+            print(
+                f"the emulated cluster in {cluster.state_dir} is already up: checking it "
+                "(restarting any dead daemon) and reusing it ...",
+                flush=True,
+            )
+        else:
+            print(f"bringing up {NODES} emulated nodes in {cluster.state_dir} ...", flush=True)
         info = cluster.up(nodes=NODES, faults=[f"{SLOW_NODE}:slow_read={SLOW_READ_BPS}"])
     except ScreenerError as exc:
         print(f"demo: error: {exc}", file=sys.stderr)

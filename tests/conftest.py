@@ -33,6 +33,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "cluster" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.cluster)
+    # Tests that remove machine state (e.g. /run/sshd) run before any session cluster is up.
+    items.sort(key=lambda item: item.get_closest_marker("fresh_machine") is None)
 
 
 def _test_nodes() -> int:

@@ -39,6 +39,11 @@ from deploy.minicluster.spec import (
     PreconditionError,
 )
 
+# sshd's compiled-in privilege-separation directory (Debian: /run/sshd). sshd refuses to
+# start unless it exists, is owned by root and is not group/world-writable. Debian creates
+# it from the systemd unit (RuntimeDirectory=sshd), which never runs here, and /run is a
+# tmpfs that a reboot empties: so the cluster creates it itself, every time sshd starts.
+SSHD_PRIVSEP_DIR = Path("/run/sshd")
 FILL_NAME = ".minicluster-full_scratch"  # the file full_scratch allocates
 FULL_FREE_BYTES = 1 << 20  # full_scratch leaves less than this free
 _LOOP_LOCK = threading.Lock()  # our own losetup --find calls never race each other
@@ -116,6 +121,7 @@ class Nodes:
                 f"{addr[0]}:{addr[1]} is already in use (another cluster on subnet "
                 f"{info.spec.subnet}? pick another --subnet)"
             )
+        ensure_privsep_dir()
         holder = self._holder(node)
         log = self._log(node, "sshd")
         proc = launch(
@@ -364,3 +370,22 @@ def _unshared(pid: int) -> bool:
         )
     except OSError:
         return False
+
+
+def ensure_privsep_dir(path: Path = SSHD_PRIVSEP_DIR) -> None:
+    """Create sshd's privilege-separation directory as sshd checks it: root-owned, 0755.
+
+    An existing directory with other owner or mode is corrected (sshd would refuse it);
+    a non-directory in its place is an error, never silently removed.
+    """
+    try:
+        path.mkdir(mode=0o755, parents=True, exist_ok=True)
+    except FileExistsError:
+        raise ClusterError(f"{path} exists and is not a directory: sshd cannot start") from None
+    st = path.lstat()
+    if not stat.S_ISDIR(st.st_mode):
+        raise ClusterError(f"{path} exists and is not a directory: sshd cannot start")
+    if st.st_uid != 0 or st.st_gid != 0:
+        os.chown(path, 0, 0)
+    if stat.S_IMODE(st.st_mode) != 0o755:
+        path.chmod(0o755)

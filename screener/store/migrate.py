@@ -22,7 +22,9 @@ from screener.errors import StoreError
 from screener.store.engine import describe, make_engine, sqlite_path, translated
 from screener.store.revision import stamped_revision
 
-MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
+# Shipped inside the package (package-data in pyproject.toml), so a wheel install can
+# migrate; the repository's top-level `migrations` is a symlink here for the alembic CLI.
+MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 PG_MIGRATION_LOCK = 0x5C7EE7E5  # arbitrary, fixed key for pg_advisory_xact_lock
 # Alembic runs env.py through module-global proxies (alembic.context, alembic.op), so two
 # upgrades in one process must not overlap. Taken before the database lock, never after.
