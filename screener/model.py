@@ -16,6 +16,7 @@ class Trigger(enum.StrEnum):
     PROLOG = "prolog"
     SWEEP = "sweep"
     MANUAL = "manual"
+    JOB = "job"  # what a screened job itself showed (in-job iostat, ingested results)
 
 
 class Status(enum.StrEnum):

@@ -171,7 +171,11 @@ def validate(p: Policy) -> Policy:
 
 
 def load_policy(path: str | os.PathLike[str] | None = None) -> Policy:
-    """Load the policy from ``path``, else the default path if it exists, else defaults."""
+    """Load the policy: ``path`` (--config), else $SCREENER_CONFIG, else the default path if
+    it exists, else built-in defaults. The same rule for every command and hook, so a site
+    points a Slurm hook at its file through the environment without editing the hook."""
+    if path is None:
+        path = os.environ.get("SCREENER_CONFIG") or None
     if path is None:
         if not DEFAULT_CONFIG_PATH.exists():
             return Policy()

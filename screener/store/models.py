@@ -34,8 +34,16 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from screener.model import Status, Trigger
 
-RUN_STATUSES = ("running", "done", "failed", "aborted")
-EVENT_ACTIONS = ("drain", "resume", "flaky_episode_start", "flaky_episode_end")
+RUN_STATUSES = ("running", "done", "failed")
+# What screener did (or refused to do) to a node in Slurm. ``slurm_reason`` carries the exact
+# reason string screener set, so a later resume can check it is still screener's drain.
+EVENT_ACTIONS = (
+    "drain",  # screener drained the node (reason recorded)
+    "resume",  # screener resumed a node it had drained
+    "drain_failed",  # scontrol refused or timed out: the node was NOT drained
+    "resume_refused",  # the node's current reason is not screener's: left alone
+    "guard_trip",  # the mass-drain guard stopped this node's drain (shared cause)
+)
 JOB_KINDS = ("seq_write", "seq_read", "rand_read")  # the NodeProbe field a job came from
 
 # Deterministic constraint names, so migrations can refer to (and later drop) them by name.
@@ -130,6 +138,8 @@ class RunRecord(Base):
     peer_read_median_mb_s: Mapped[float | None]
     peer_rand_median_iops: Mapped[float | None]
     screener_version: Mapped[str] = mapped_column(String(32))
+    # Set when the mass-drain guard tripped in this run: why nobody was drained.
+    guard_reason: Mapped[str | None]
 
 
 class NodeProbeRecord(Base):
@@ -152,6 +162,9 @@ class NodeProbeRecord(Base):
     duration_s: Mapped[float]
     raw_fio: Mapped[str]
     raw_iostat: Mapped[str]
+    # Fingerprint of the probe recipe (size, block sizes, iodepth, runtime, target, engine):
+    # history compares only like with like. None for rows written before it existed.
+    recipe: Mapped[str | None] = mapped_column(String(32))
 
 
 class ProbeJobRecord(Base):
@@ -257,10 +270,34 @@ class VerdictRecord(Base):
     z_rand: Mapped[float | None]
     confirmed: Mapped[bool] = mapped_column(default=False)
     signals: Mapped[list[str]]
+    recipe: Mapped[str | None] = mapped_column(String(32))  # copied from the node's probe
+
+
+class EpisodeRecord(Base):
+    """A slow episode of one node: from the run that first found it slow (``trigger`` says
+    which kind: prolog, sweep, job) until the run that found it passing again (open while
+    ``ended_at`` is NULL). The flaky view counts and times these."""
+
+    __tablename__ = "episodes"
+    __table_args__ = (
+        CheckConstraint(_in("trigger", tuple(t.value for t in Trigger)), name="trigger"),
+        Index(None, "node_id", "started_at"),
+        Index(None, "started_at"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    node_id: Mapped[int] = mapped_column(ForeignKey("nodes.id"))
+    trigger: Mapped[str] = mapped_column(String(16))
+    started_at: Mapped[datetime]
+    ended_at: Mapped[datetime | None]
+    start_run_id: Mapped[int | None] = mapped_column(ForeignKey("runs.id", ondelete="SET NULL"))
+    end_run_id: Mapped[int | None] = mapped_column(ForeignKey("runs.id", ondelete="SET NULL"))
+    job_id: Mapped[str | None] = mapped_column(String(64))
+    reason: Mapped[str]
 
 
 class EventRecord(Base):
-    """Something done to a node: drained, resumed, or the start/end of a flaky episode."""
+    """Something screener did (or refused to do) to a node in Slurm; see EVENT_ACTIONS."""
 
     __tablename__ = "node_events"
     __table_args__ = (

@@ -22,7 +22,7 @@ class RunRow:
     node_count: int
     started_at: datetime
     finished_at: datetime | None
-    status: str  # running | done | failed | aborted
+    status: str  # running | done | failed
     shared_cause: bool
     shared_cause_reason: str
     screener_version: str

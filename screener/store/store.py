@@ -193,7 +193,7 @@ class Store:
             )
 
     def finish_run(self, run_id: int, finished_at: datetime, status: str = "done") -> None:
-        """Close a run with its final status (done, failed or aborted)."""
+        """Close a run with its final status (done or failed)."""
         if status not in RUN_STATUSES:
             raise StoreError(f"run status must be one of {', '.join(RUN_STATUSES)}, not {status!r}")
         at = _aware(finished_at, "finished_at")

@@ -1,0 +1,53 @@
+"""The `screener` command: parse, call, print. No decisions are made here.
+
+One module per command family (screen, queries, db, ...); each registers its subcommands
+with ``register(sub)`` and sets ``handler`` to a function ``(args, console) -> exit code``.
+
+Exit codes: 0 done and no node SLOW; 3 screen done and at least one node SLOW;
+1 error (one line on stderr); 2 bad usage; 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from rich.console import Console
+
+from screener import __version__
+from screener.cli import db, queries, screen
+from screener.cli.common import EXIT_SLOW
+from screener.errors import ScreenerError
+
+__all__ = ["EXIT_SLOW", "main"]
+
+FAMILIES = (screen, queries, db)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="screener", description=__doc__.splitlines()[0])
+    p.add_argument("--version", action="version", version=f"screener {__version__}")
+    p.add_argument(
+        "--config",
+        help="policy TOML (default: $SCREENER_CONFIG, else /etc/screener/screener.toml)",
+    )
+    sub = p.add_subparsers(dest="command", required=True)
+    for family in FAMILIES:
+        family.register(sub)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `screener` console script."""
+    args = _parser().parse_args(argv)
+    # Piped output (logs, `| less`) gets a wide table instead of rich's 80-column default.
+    console = Console(width=None if sys.stdout.isatty() else 200)
+    try:
+        return int(args.handler(args, console))
+    except ScreenerError as exc:
+        print(f"screener: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("screener: interrupted", file=sys.stderr)
+        return 130
