@@ -11,12 +11,13 @@ from pathlib import Path
 from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
 from sqlalchemy import inspect
 
 from screener.store.engine import make_engine
 from screener.store.migrate import alembic_config, current_revision, head_revision, upgrade
 from screener.store.models import Base
-from screener.store.revision import SCHEMA_HEAD
+from screener.store.revision import revision_graph, schema_head
 
 REPO = Path(__file__).resolve().parent.parent
 TABLES = set(Base.metadata.tables) | {"alembic_version"}
@@ -131,8 +132,12 @@ def test_alembic_cli_offline_sql() -> None:
     assert "CREATE INDEX ix_verdicts_node_id_started_at" in out.stdout
 
 
-def test_schema_head_constant_matches_migrations() -> None:
-    assert head_revision() == SCHEMA_HEAD
+def test_revision_graph_read_without_alembic_matches_alembic() -> None:
+    """revision.py parses the migration files (no Alembic import at start-up): it must agree
+    with Alembic on the head and on every revision."""
+    assert schema_head() == head_revision()
+    script = ScriptDirectory.from_config(alembic_config())
+    assert revision_graph() == {s.revision: s.down_revision for s in script.walk_revisions()}
 
 
 def test_opening_a_store_at_head_does_not_import_alembic(tmp_path: Path) -> None:

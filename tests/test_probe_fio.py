@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -336,7 +335,6 @@ def _supports_o_direct(directory: Path) -> bool:
     return True
 
 
-@pytest.mark.skipif(shutil.which("fio") is None, reason="fio not installed")
 def test_real_fio_run_of_the_built_argv(tmp_path: Path) -> None:
     if not _supports_o_direct(tmp_path):
         pytest.skip("tmp_path filesystem has no O_DIRECT")

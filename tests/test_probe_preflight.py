@@ -141,7 +141,6 @@ def test_df_line_with_spaces_in_the_filesystem_name() -> None:
 # ------------------------------------------------------------------------- the script, for real
 
 
-@pytest.mark.skipif(shutil.which("fio") is None, reason="fio not installed")
 def test_script_on_this_machine(tmp_path: Path) -> None:
     done = subprocess.run(preflight_argv(str(tmp_path)), capture_output=True, text=True, timeout=60)
     result = parse_preflight(done.stdout, done.returncode, "local", policy(str(tmp_path), 1, 1))

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import threading
 from functools import cache
-from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
@@ -20,11 +19,8 @@ from sqlalchemy import Connection, Engine, select, text
 
 from screener.errors import StoreError
 from screener.store.engine import describe, make_engine, sqlite_path, translated
-from screener.store.revision import stamped_revision
+from screener.store.revision import MIGRATIONS_DIR, stamped_revision
 
-# Shipped inside the package (package-data in pyproject.toml), so a wheel install can
-# migrate; the repository's top-level `migrations` is a symlink here for the alembic CLI.
-MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 PG_MIGRATION_LOCK = 0x5C7EE7E5  # arbitrary, fixed key for pg_advisory_xact_lock
 # Alembic runs env.py through module-global proxies (alembic.context, alembic.op), so two
 # upgrades in one process must not overlap. Taken before the database lock, never after.
@@ -47,11 +43,6 @@ def head_revision() -> str:
     if head is None:
         raise StoreError(f"no migrations found in {MIGRATIONS_DIR}")
     return head
-
-
-def known_revisions() -> set[str]:
-    """Every revision id in migrations/ (to tell 'older schema' from 'newer schema')."""
-    return {s.revision for s in ScriptDirectory.from_config(alembic_config()).walk_revisions()}
 
 
 def lock_for_migration(conn: Connection) -> None:

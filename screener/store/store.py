@@ -41,7 +41,7 @@ from screener.store.models import (
     RunRecord,
     VerdictRecord,
 )
-from screener.store.revision import SCHEMA_HEAD, check_current, stamped_revision
+from screener.store.revision import check_current, schema_head, stamped_revision
 from screener.store.rows import (
     EventRow,
     FlakyRow,
@@ -504,7 +504,7 @@ def open_store(url: str, *, upgrade: bool = False) -> Store:
     and its directory), else refuse a database that is not at head."""
     engine = make_engine(url, create_dir=upgrade)
     try:
-        if upgrade and _revision(engine) != SCHEMA_HEAD:
+        if upgrade and _revision(engine) != schema_head():
             from screener.store.migrate import upgrade_engine  # Alembic only when needed
 
             upgrade_engine(engine)

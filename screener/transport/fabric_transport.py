@@ -1,7 +1,7 @@
 """FabricTransport: the same contract over Fabric 3 / paramiko, in a bounded thread pool.
 
 Optional (``pip install screener[fabric]``) for sites that standardised on Fabric; it costs
-6-7x the client CPU of the asyncssh transport per node (docs/performance.md).
+about 5x the client CPU of the asyncssh transport per node (5.2x in docs/performance.md).
 """
 
 from __future__ import annotations
