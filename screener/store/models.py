@@ -312,3 +312,59 @@ class EventRecord(Base):
     reason: Mapped[str]
     run_id: Mapped[int | None] = mapped_column(ForeignKey("runs.id", ondelete="SET NULL"))
     slurm_reason: Mapped[str | None]
+
+
+# ---- after the job (issue 12): ingested IOR/fio results, see screener/ingest ----------------
+JOB_PHASES = ("write", "read")  # screener.ingest.results.Phase
+JOB_SOURCES = ("ior_text", "ior_json", "ior_csv", "fio_json")  # ...results.SourceKind
+
+
+class JobIngestRecord(Base):
+    """One `screener ingest` of a job's benchmark outputs: which files, which rank layout,
+    and what could not be known (``notes``). ``observed_at`` is when the job's I/O ran, as
+    far as known (the ingest time when nothing better was given)."""
+
+    __tablename__ = "job_ingests"
+    __table_args__ = (Index(None, "job_id"), Index(None, "observed_at"))
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    job_id: Mapped[str] = mapped_column(String(64))
+    partition: Mapped[str | None] = mapped_column(String(64))
+    nodeset: Mapped[str]  # the nodes the ranks were mapped to ("" without per-rank data)
+    layout: Mapped[str]  # how ranks were mapped, e.g. "block, 1 per node over 4 nodes"
+    files: Mapped[list[str]]  # "kind:file name" per ingested file
+    notes: Mapped[list[str]]
+    observed_at: Mapped[datetime]
+    ingested_at: Mapped[datetime]
+    screener_version: Mapped[str] = mapped_column(String(32))
+
+
+class JobResultRecord(Base):
+    """A job's figure for one phase and iteration: per node, or for the whole job when
+    ``node_id`` is NULL (then ``ratio`` is median node time / slowest node time)."""
+
+    __tablename__ = "job_results"
+    __table_args__ = (
+        CheckConstraint(_in("phase", JOB_PHASES), name="phase"),
+        CheckConstraint(_in("source", JOB_SOURCES), name="source"),
+        CheckConstraint("iteration >= 0", name="iteration"),
+        Index(None, "ingest_id"),
+        Index(None, "job_id"),
+        Index(None, "node_id", "ingested_at"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    ingest_id: Mapped[int] = mapped_column(ForeignKey("job_ingests.id", ondelete="CASCADE"))
+    job_id: Mapped[str] = mapped_column(String(64))
+    node_id: Mapped[int | None] = mapped_column(ForeignKey("nodes.id"))
+    phase: Mapped[str] = mapped_column(String(8))
+    iteration: Mapped[int] = mapped_column(Integer)
+    ranks: Mapped[int] = mapped_column(Integer)
+    bytes: Mapped[int] = mapped_column(BigInteger)
+    seconds: Mapped[float]
+    throughput_bytes_s: Mapped[float]
+    ratio: Mapped[float | None]  # node: throughput / job's median node
+    z: Mapped[float | None]  # robust log-space z vs the job's nodes
+    outlier: Mapped[bool]
+    source: Mapped[str] = mapped_column(String(16))
+    ingested_at: Mapped[datetime]

@@ -1,0 +1,166 @@
+"""After the job: `screener ingest JOBID FILE...` and `screener accuracy`."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import re
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from rich.console import Console
+from rich.table import Table
+
+from screener.cli.common import Subparsers
+from screener.errors import ConfigError
+from screener.policy import load_policy
+
+if TYPE_CHECKING:
+    from screener.ingest.service import Ingested
+
+# Slurm job ids: 1234, array task 1234_7, het component 1234+1.
+_JOB_ID = re.compile(r"[0-9]{1,20}(?:[_+][0-9]{1,10})?")
+_PARTITION = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+_SINCE = re.compile(r"([0-9]+(?:\.[0-9]+)?)([hdw])")
+_UNIT_H = {"h": 1.0, "d": 24.0, "w": 168.0}
+
+
+def register(sub: Subparsers) -> None:
+    i = sub.add_parser("ingest", help="attribute a job's IOR/fio results to nodes, find outliers")
+    i.add_argument("job_id", metavar="JOBID", help="the Slurm job the files came from")
+    i.add_argument(
+        "files", metavar="FILE", nargs="+", type=Path, help="IOR text/JSON/CSV or fio JSON"
+    )
+    i.add_argument("--nodes", help="the job's nodes (Slurm hostlist), in rank order")
+    i.add_argument("--ranks-per-node", type=int, help="ranks per node (block distribution)")
+    i.add_argument("--partition", help="the job's partition (for `screener accuracy`)")
+    i.add_argument("--observed-at", help="when the job's I/O ran (ISO 8601 with zone; default now)")
+    i.add_argument("--replace", action="store_true", help="replace an earlier ingest of JOBID")
+    i.add_argument("--no-store", action="store_true", help="only print, do not record")
+    out = i.add_mutually_exclusive_group()
+    out.add_argument("--json", action="store_true", help="print JSON only")
+    out.add_argument("--csv", action="store_true", help="print CSV only")
+    i.set_defaults(handler=run_ingest)
+
+    a = sub.add_parser("accuracy", help="prolog verdicts vs what screened jobs then saw")
+    a.add_argument("--since", default="30d", help="window: e.g. 12h, 30d, 2w (default 30d)")
+    a.add_argument("--by", choices=["partition", "day", "job"], default="partition")
+    a.add_argument("--json", action="store_true")
+    a.set_defaults(handler=run_accuracy)
+
+
+def job_id_arg(text: str) -> str:
+    """A Slurm job id, else ConfigError."""
+    if not _JOB_ID.fullmatch(text):
+        raise ConfigError(f"invalid job id {text!r}: expected e.g. 1234, 1234_7 or 1234+1")
+    return text
+
+
+def since_arg(text: str, now: datetime) -> datetime:
+    """'30d' -> now minus 30 days (h, d, w), else ConfigError."""
+    m = _SINCE.fullmatch(text.strip())
+    if m is None or float(m.group(1)) <= 0:
+        raise ConfigError(f"invalid --since {text!r}: expected e.g. 12h, 30d or 2w")
+    return now - timedelta(hours=float(m.group(1)) * _UNIT_H[m.group(2)])
+
+
+def observed_arg(text: str | None, now: datetime) -> datetime:
+    """--observed-at as an aware datetime (default now)."""
+    if text is None:
+        return now
+    try:
+        at = datetime.fromisoformat(text)
+    except ValueError:
+        raise ConfigError(f"invalid --observed-at {text!r}: use ISO 8601") from None
+    if at.tzinfo is None:
+        raise ConfigError(f"--observed-at {text!r} needs a time zone (e.g. +00:00)")
+    return at.astimezone(UTC)
+
+
+def run_ingest(args: argparse.Namespace, console: Console) -> int:
+    from screener.ingest.service import ingest
+
+    job = job_id_arg(args.job_id)
+    if args.partition is not None and not _PARTITION.fullmatch(args.partition):
+        raise ConfigError(f"invalid partition {args.partition!r}")
+    if (args.nodes is None) != (args.ranks_per_node is None):
+        raise ConfigError("give --nodes and --ranks-per-node together")
+    now = datetime.now(UTC)
+    done = ingest(
+        job,
+        args.files,
+        load_policy(args.config),
+        nodes=args.nodes,
+        ranks_per_node=args.ranks_per_node,
+        partition=args.partition,
+        observed_at=observed_arg(args.observed_at, now),
+        now=now,
+        store_results=not args.no_store,
+        replace=args.replace,
+    )
+    if args.json:
+        print(json.dumps(done.as_json(), indent=2))
+    elif args.csv:
+        buf = io.StringIO()
+        writer = csv.DictWriter(buf, fieldnames=list(done.records()[0]), lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(done.records())
+        print(buf.getvalue(), end="")
+    else:
+        console.print(_table(done))
+        for line in done.summary_lines():
+            console.print(line, highlight=False)
+    return 0
+
+
+def _table(done: Ingested) -> Table:
+    """One row per figure: the whole job first, then each node."""
+    table = Table(title=f"job {done.job_id}: in-job figures", title_justify="left")
+    for name in ("node", "phase", "iter", "ranks", "MiB", "seconds", "MB/s", "ratio", "z"):
+        table.add_column(name, justify="left" if name in ("node", "phase") else "right")
+    table.add_column("outlier")
+    for f in done.figures.figures:
+        table.add_row(
+            f.node or "(whole job)",
+            f.phase.value,
+            str(f.iteration),
+            str(f.ranks),
+            f"{f.bytes / (1 << 20):,.1f}",
+            f"{f.seconds:.4f}",
+            f"{f.throughput_bytes_s / 1e6:,.1f}",
+            "-" if f.ratio is None else f"{f.ratio:.2f}",
+            "-" if f.z is None else f"{f.z:.1f}",
+            "[bold red]OUTLIER[/]" if f.outlier else "",
+        )
+    return table
+
+
+def run_accuracy(args: argparse.Namespace, console: Console) -> int:
+    from screener import app, report
+    from screener.ingest.accuracy import compare_all, summarize, unknowable
+    from screener.store.jobs import in_job_reads, prolog_verdicts
+
+    now = datetime.now(UTC)
+    since = since_arg(args.since, now)
+    with app.open_results(load_policy(args.config)) as store:
+        in_job = in_job_reads(store, since)
+        prolog = prolog_verdicts(store, sorted({r.job_id for r in in_job}))
+    jobs = compare_all(in_job, prolog)
+    rows = summarize(jobs, args.by)
+    notes = unknowable(jobs)
+    if args.json:
+        doc = {
+            "since": since.isoformat(),
+            "by": args.by,
+            "rows": json.loads(report.rows_json(rows)),
+            "cannot_know": notes,
+        }
+        print(json.dumps(doc, indent=2))
+        return 0
+    console.print(report.rows_table(f"screening accuracy since {since:%Y-%m-%d %H:%M} UTC", rows))
+    for line in notes:
+        console.print(f"cannot know: {line}", highlight=False)
+    return 0
