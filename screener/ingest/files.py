@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Protocol
 
 from screener.errors import ConfigError, ProbeError
 from screener.ingest.fiojobs import parse_fio_jobs
@@ -13,31 +14,56 @@ from screener.ingest.results import ParsedFile, SourceKind
 MAX_BYTES = 64 << 20  # an IOR/fio report is kilobytes; refuse to slurp a wrong huge file
 
 
-def sniff(text: str, name: str) -> SourceKind:
-    """The kind of output ``text`` is, from its first lines; ProbeError if none fits."""
-    head = text.lstrip()[:4096]
-    if head.startswith("IOR-") or "\nIOR-" in text[:4096]:
-        return SourceKind.IOR_TEXT
+class Parser(Protocol):
+    """Turns one output's text into figures; ProbeError (naming ``name``) if unusable."""
+
+    def __call__(self, text: str, name: str, first_rank: int) -> ParsedFile: ...
+
+
+def _is_ior_text(head: str) -> bool:
+    return head.startswith("IOR-") or "\nIOR-" in head
+
+
+def _is_ior_csv(head: str) -> bool:
     first = head.splitlines()[0] if head else ""
-    if tuple(c.strip() for c in first.split(",")) == CSV_COLUMNS:
-        return SourceKind.IOR_CSV
-    if '"fio version"' in head:
-        return SourceKind.FIO_JSON
-    if head.startswith("{") and '"Version"' in head and '"tests"' in head:
-        return SourceKind.IOR_JSON
+    return tuple(c.strip() for c in first.split(",")) == CSV_COLUMNS
+
+
+def _is_fio(head: str) -> bool:
+    return '"fio version"' in head
+
+
+def _is_ior_json(head: str) -> bool:
+    return head.startswith("{") and '"Version"' in head and '"tests"' in head
+
+
+# The formats ingest reads: (kind, "is it this?" on the first 4 KiB, parser). A new format
+# (e.g. BenchFS's per-op timing log, docs/ingest.md) is one entry here, a SourceKind and
+# a migration widening job_results.source; nothing else changes.
+FORMATS: tuple[tuple[SourceKind, Callable[[str], bool], Parser], ...] = (
+    (SourceKind.IOR_TEXT, _is_ior_text, lambda t, n, _r: parse_ior_text(t, n)),
+    (SourceKind.IOR_CSV, _is_ior_csv, lambda t, n, _r: parse_ior_csv(t, n)),
+    (SourceKind.FIO_JSON, _is_fio, parse_fio_jobs),
+    (SourceKind.IOR_JSON, _is_ior_json, lambda t, n, _r: parse_ior_json(t, n)),
+)
+
+
+def _format(text: str, name: str) -> tuple[SourceKind, Parser]:
+    head = text.lstrip()[:4096]
+    for kind, matches, parser in FORMATS:
+        if matches(head):
+            return kind, parser
     raise ProbeError(name, "not an IOR text report, IOR JSON summary, IOR per-rank CSV or fio JSON")
 
 
+def sniff(text: str, name: str) -> SourceKind:
+    """The kind of output ``text`` is, from its first lines; ProbeError if none fits."""
+    return _format(text, name)[0]
+
+
 def parse_text(text: str, name: str, first_rank: int = 0) -> ParsedFile:
-    """Parse one output whose kind is sniffed from its content."""
-    kind = sniff(text, name)
-    if kind is SourceKind.IOR_TEXT:
-        return parse_ior_text(text, name)
-    if kind is SourceKind.IOR_JSON:
-        return parse_ior_json(text, name)
-    if kind is SourceKind.IOR_CSV:
-        return parse_ior_csv(text, name)
-    return parse_fio_jobs(text, name, first_rank)
+    """Parse one output whose kind is told by its content."""
+    return _format(text, name)[1](text, name, first_rank)
 
 
 def read_text(path: Path) -> str:
