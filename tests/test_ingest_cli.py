@@ -121,6 +121,8 @@ def test_bad_input_is_one_line_and_stores_nothing(db_url: str) -> None:
         (["ingest", "5", SLOW_RUN[1], "--nodes", "node[01-04]"], "together"),
         (["ingest", "5", "/nonexistent/file.csv"], "cannot read"),
         (["accuracy", "--since", "tomorrow"], "invalid --since"),
+        (["ingest", "5", "--dir", str(DATA), *LAYOUT], "no outputs of job 5"),
+        (["ingest", "5", SLOW_RUN[1], "--dir", str(DATA), *LAYOUT], "one of the two"),
     ]
     for args, message in cases:
         out = cli(db_url, *args)

@@ -141,8 +141,7 @@ def test_node_slowed_after_screening_is_an_in_job_episode_and_a_miss(
 
     bad = run_screened_job(cluster, tmp_path, nodes, env, cfg, slow)
     cluster.heal(slow)
-    files = [str(tmp_path / f"fio.{bad}.{t}.json") for t in range(4)]
-    out = screener("ingest", bad, *files, *layout, "--json", env=env)
+    out = screener("ingest", bad, "--dir", str(tmp_path), *layout, "--json", env=env)
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)
     reads = {r["node"]: r for r in doc["records"] if r["node"] and r["phase"] == "read"}

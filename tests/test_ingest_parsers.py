@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from screener.errors import ConfigError, ProbeError
-from screener.ingest.files import load_files, parse_text, sniff
+from screener.ingest.files import load_files, outputs_near, parse_text, sniff
 from screener.ingest.judge import judge_job
 from screener.ingest.layout import block_layout
 from screener.ingest.results import ParsedFile, Phase, SourceKind
@@ -227,3 +227,30 @@ def test_mismatched_files_and_layouts_are_refused() -> None:
         judge_job([parsed("ior-fpp-ranks.csv")], None, VerdictPolicy())
     with pytest.raises(ConfigError, match="ranks-per-node"):
         block_layout(["a"], 0)
+
+
+def test_outputs_near_finds_a_job_by_id(tmp_path: Path) -> None:
+    ior = tmp_path / "ior"
+    ior.mkdir()
+    for src, dst in (
+        ("ior-fpp-summary.json", "ior-77.summary.json"),
+        ("ior-fpp-ranks.csv", "ior-77.ranks.csv"),
+    ):
+        (ior / dst).write_bytes((DATA / src).read_bytes())
+    (ior / "ior-78.ranks.csv").write_text("another job")
+    assert [p.name for p in outputs_near(ior, "77")] == ["ior-77.summary.json", "ior-77.ranks.csv"]
+    fio = tmp_path / "fio"
+    fio.mkdir()
+    for t in range(12):
+        (fio / f"fio.9.{t}.json").write_bytes((DATA / "fio-4jobs.json").read_bytes())
+    found = outputs_near(fio, "9")
+    assert [p.name for p in found] == [f"fio.9.{t}.json" for t in range(12)]  # 2 before 10
+    assert [r.rank for f in load_files(found) for r in f.ranks] == list(range(48))
+    (fio / "fio.9.5.json").unlink()
+    with pytest.raises(ConfigError, match="gaps"):
+        outputs_near(fio, "9")
+    with pytest.raises(ConfigError, match="no outputs of job 1"):
+        outputs_near(ior, "1")
+    (ior / "fio.77.0.json").write_text("{}")
+    with pytest.raises(ConfigError, match="both IOR and fio"):
+        outputs_near(ior, "77")

@@ -32,7 +32,10 @@ def register(sub: Subparsers) -> None:
     i = sub.add_parser("ingest", help="attribute a job's IOR/fio results to nodes, find outliers")
     i.add_argument("job_id", metavar="JOBID", help="the Slurm job the files came from")
     i.add_argument(
-        "files", metavar="FILE", nargs="+", type=Path, help="IOR text/JSON/CSV or fio JSON"
+        "files", metavar="FILE", nargs="*", type=Path, help="IOR text/JSON/CSV or fio JSON"
+    )
+    i.add_argument(
+        "--dir", type=Path, help="instead of FILEs: the job's outputs in DIR, found by job id"
     )
     i.add_argument("--nodes", help="the job's nodes (Slurm hostlist), in rank order")
     i.add_argument("--ranks-per-node", type=int, help="ranks per node (block distribution)")
@@ -81,6 +84,7 @@ def observed_arg(text: str | None, now: datetime) -> datetime:
 
 
 def run_ingest(args: argparse.Namespace, console: Console) -> int:
+    from screener.ingest.files import outputs_near
     from screener.ingest.service import ingest
 
     job = job_id_arg(args.job_id)
@@ -88,10 +92,13 @@ def run_ingest(args: argparse.Namespace, console: Console) -> int:
         raise ConfigError(f"invalid partition {args.partition!r}")
     if (args.nodes is None) != (args.ranks_per_node is None):
         raise ConfigError("give --nodes and --ranks-per-node together")
+    if bool(args.files) == (args.dir is not None):
+        raise ConfigError("give the job's output FILEs or --dir DIR (one of the two)")
+    paths = args.files or outputs_near(args.dir, job)
     now = datetime.now(UTC)
     done = ingest(
         job,
-        args.files,
+        paths,
         load_policy(args.config),
         nodes=args.nodes,
         ranks_per_node=args.ranks_per_node,

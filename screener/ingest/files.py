@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Protocol
@@ -75,6 +76,37 @@ def read_text(path: Path) -> str:
         return path.read_text(encoding="utf-8", errors="replace")
     except OSError as exc:
         raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
+
+
+# What jobs/ior.sbatch and an `srun --output=fio.%j.%t.json` step leave next to the job's
+# output, by job id: the epilog (or an admin) finds a job's outputs from the id alone.
+_IOR_NAMES = ("ior-{job}.summary.json", "ior-{job}.ranks.csv")
+_FIO_NAME = re.compile(r"fio\.(?P<job>[0-9_+]+)\.(?P<task>[0-9]{1,6})\.json")
+
+
+def outputs_near(directory: Path, job_id: str) -> list[Path]:
+    """The job's outputs in ``directory`` by the naming convention (docs/ingest.md): IOR's
+    summary and per-rank CSV, or fio's per-task documents in task order (numeric: 2 < 10)."""
+    if not directory.is_dir():
+        raise ConfigError(f"--dir {directory} is not a directory")
+    ior = [directory / n.format(job=job_id) for n in _IOR_NAMES]
+    found = [p for p in ior if p.is_file()]
+    tasks = []
+    for path in directory.iterdir():
+        m = _FIO_NAME.fullmatch(path.name)
+        if m and m["job"] == job_id and path.is_file():
+            tasks.append((int(m["task"]), path))
+    if found and tasks:
+        raise ConfigError(f"{directory} holds both IOR and fio outputs of job {job_id}")
+    if not found and not tasks:
+        raise ConfigError(
+            f"no outputs of job {job_id} in {directory} (looked for ior-{job_id}.summary.json, "
+            f"ior-{job_id}.ranks.csv, fio.{job_id}.<task>.json)"
+        )
+    numbers = sorted(t for t, _ in tasks)
+    if numbers and numbers != list(range(len(numbers))):
+        raise ConfigError(f"fio outputs of job {job_id} in {directory}: tasks {numbers} have gaps")
+    return found or [p for _, p in sorted(tasks)]
 
 
 def load_files(paths: Sequence[Path]) -> list[ParsedFile]:
