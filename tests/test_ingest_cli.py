@@ -10,8 +10,10 @@ import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
 from sqlalchemy import func, select
 
+from screener.cli import main
 from screener.model import RunSummary, Status, Trigger, Verdict
 from screener.store import open_store
 from screener.store.engine import make_engine
@@ -88,6 +90,15 @@ def test_ingest_slow_run_records_figures_and_one_in_job_episode(db_url: str) -> 
     assert eps[0][3].startswith("in-job read")
     assert count(db_url, JobResultRecord) == 20  # 16 node rows + 4 whole-job rows
 
+    shown = json.loads(cli(db_url, "job", "4242", "--json").stdout)
+    assert len(shown) == 20 and shown[0]["node"] is None  # whole job first
+    assert [(r["node"], r["iteration"]) for r in shown if r["outlier"]] == [
+        ("node03", 0),
+        ("node03", 1),
+    ]
+    missing = cli(db_url, "job", "4243")
+    assert missing.returncode == 1 and "has not been ingested" in missing.stderr
+
     again = cli(db_url, "ingest", "4242", *SLOW_RUN, *LAYOUT)
     assert again.returncode == 1 and "already ingested" in again.stderr
     assert again.stderr.count("\n") == 1 and "Traceback" not in again.stderr
@@ -108,7 +119,12 @@ def test_normal_run_records_no_episode_and_csv_output(db_url: str) -> None:
     assert episodes(db_url) == []
 
 
-def test_bad_input_is_one_line_and_stores_nothing(db_url: str) -> None:
+def test_bad_input_is_one_line_and_stores_nothing(
+    db_url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """In-process (the same main() the console script runs): 10 cases x 2 backends."""
+    monkeypatch.setenv("SCREENER_DATABASE_URL", db_url)
+    monkeypatch.setenv("SCREENER_CONFIG", "")
     cases = [
         (["ingest", "5", str(DATA / "corrupt-truncated-block-ranks.csv"), *LAYOUT], "truncated"),
         (["ingest", "5", str(DATA / "corrupt-truncated-summary.json")], "not valid JSON"),
@@ -125,10 +141,10 @@ def test_bad_input_is_one_line_and_stores_nothing(db_url: str) -> None:
         (["ingest", "5", SLOW_RUN[1], "--dir", str(DATA), *LAYOUT], "one of the two"),
     ]
     for args, message in cases:
-        out = cli(db_url, *args)
-        assert out.returncode == 1, (args, out.stdout)
-        assert out.stderr.startswith("screener: error:") and message in out.stderr, out.stderr
-        assert out.stderr.count("\n") == 1
+        assert main(args) == 1, args
+        err = capsys.readouterr().err
+        assert err.startswith("screener: error:") and message in err, err
+        assert err.count("\n") == 1
     assert count(db_url, JobIngestRecord) == 0 and episodes(db_url) == []
 
 

@@ -48,6 +48,11 @@ def register(sub: Subparsers) -> None:
     out.add_argument("--csv", action="store_true", help="print CSV only")
     i.set_defaults(handler=run_ingest)
 
+    j = sub.add_parser("job", help="a job's ingested figures, per node and phase")
+    j.add_argument("job_id", metavar="JOBID")
+    j.add_argument("--json", action="store_true")
+    j.set_defaults(handler=run_job)
+
     a = sub.add_parser("accuracy", help="prolog verdicts vs what screened jobs then saw")
     a.add_argument("--since", default="30d", help="window: e.g. 12h, 30d, 2w (default 30d)")
     a.add_argument("--by", choices=["partition", "day", "job"], default="partition")
@@ -143,6 +148,22 @@ def _table(done: Ingested) -> Table:
             "[bold red]OUTLIER[/]" if f.outlier else "",
         )
     return table
+
+
+def run_job(args: argparse.Namespace, console: Console) -> int:
+    from screener import app, report
+    from screener.store.jobs import job_results
+
+    job = job_id_arg(args.job_id)
+    with app.open_results(load_policy(args.config)) as store:
+        rows = job_results(store, job)
+    if not rows:
+        raise ConfigError(f"job {job} has not been ingested")
+    if args.json:
+        print(report.rows_json(rows))
+    else:
+        console.print(report.rows_table(f"job {job} (node '-' = the whole job)", rows))
+    return 0
 
 
 def run_accuracy(args: argparse.Namespace, console: Console) -> int:
