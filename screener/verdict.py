@@ -313,13 +313,14 @@ def suspects(summary: RunSummary) -> list[str]:
 def references(summary: RunSummary, count: int) -> list[str]:
     """Healthy nodes to re-probe beside the suspects, so round 2 is judged on round-2 figures.
 
-    As many as there are suspects and at least ``count`` (0 = none), the OK nodes closest
-    to the peer median first: the suspects can then never be a majority of round 2.
+    As many as there are suspects and at least ``count`` (0 = none), the baseline nodes
+    (OK, or absolved by a shared cause) closest to the peer median first: the suspects can
+    then never be a majority of round 2 unless the references are slow too.
     """
     if count <= 0:
         return []
     slow = suspects(summary)
-    ok = [v for v in summary.verdicts if v.status == Status.OK and not v.signals]
+    ok = [v for v in summary.verdicts if v.baseline and v.node not in slow]
     ok.sort(key=lambda v: (abs(v.z_read) if v.z_read is not None else 0.0, v.node))
     return [v.node for v in ok[: max(count, len(slow))]]
 

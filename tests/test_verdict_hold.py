@@ -278,3 +278,12 @@ def test_r_await_is_the_targets_device_only() -> None:
     on_vda = NodeProbe(node="n", iostat=samples, facts=NodeFacts(device="vda"))
     assert on_vda.read_r_await_ms == 1.22  # vda's own, not loop0's 4.05
     assert NodeProbe(node="n", iostat=samples).read_r_await_ms is None  # device unknown
+
+
+def test_references_under_a_shared_cause_are_the_absolved_nodes() -> None:
+    probes = spread(8, read=500, write=480)
+    probes[4] = node("n05", read=60, write=480)
+    first = evaluate(probes, {p.node: [3000 * MB] * 5 for p in probes}, POLICY)
+    refs = references(first, 3)
+    assert len(refs) == 3 and "n05" not in refs
+    assert all(v.status == Status.UNKNOWN for v in first.verdicts if v.node in refs)
