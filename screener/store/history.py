@@ -46,8 +46,7 @@ def ranked_per_node(names: Sequence[str], recipe: str | None, since: datetime | 
             newest_first.label("rank"),
         )
         .join(NodeRecord, NodeRecord.id == VerdictRecord.node_id)
-        .where(*usable(recipe, since))
-        .where(NodeRecord.name.in_(list(names)) if names else NodeRecord.id.is_not(None))
+        .where(NodeRecord.name.in_(list(names)), *usable(recipe, since))
         .subquery()
     )
 
