@@ -94,7 +94,7 @@ def test_fleet_wide_slowdown_finds_the_50x_node_and_history_catches_up(
 def test_intermittently_stalling_reader_is_found_on_its_tail(cluster: Any) -> None:
     policy = cluster_policy(cluster)
     bad = cluster.nodes[3]
-    with Stall(cluster, bad, rate=1_000_000, on_s=0.5, off_s=1.0) as stall:
+    with Stall(cluster, bad, rate=1_000_000, on_s=0.8, off_s=1.0) as stall:
         result = run(cluster, policy)
     assert stall.cycles >= 3
     v = next(v for v in result.summary.verdicts if v.node == bad)
