@@ -161,6 +161,7 @@ class NodeProbe:
     duration_s: float = 0.0
     raw_fio: str = ""  # the fio JSON as received, kept for the store
     raw_iostat: str = ""
+    recipe: str | None = None  # fingerprint of the probe recipe (history compares like with like)
 
     @property
     def ok(self) -> bool:
@@ -177,9 +178,21 @@ class NodeProbe:
         return self.seq_write.bw_bytes / self.seq_read.bw_bytes
 
     @property
+    def target_iostat(self) -> tuple[IostatSample, ...]:
+        """iostat samples of the probe target's device only.
+
+        Without a known device there is no way to tell the target from the system disk, so
+        nothing is used (an unrelated busy disk must never speak for the target).
+        """
+        device = self.facts.device if self.facts is not None else None
+        if not device:
+            return ()
+        return tuple(s for s in self.iostat if s.device == device)
+
+    @property
     def read_r_await_ms(self) -> float | None:
-        """Highest r_await seen by iostat during the probe, or None without samples."""
-        vals = [s.r_await_ms for s in self.iostat if s.r_s > 0]
+        """Highest r_await of the target's device during the probe, or None."""
+        vals = [s.r_await_ms for s in self.target_iostat if s.r_s > 0]
         return max(vals) if vals else None
 
 
@@ -199,6 +212,12 @@ class Verdict:
     z_rand: float | None = None
     confirmed: bool = False  # True when a re-probe agreed with a first SLOW finding
     signals: tuple[str, ...] = field(default_factory=tuple)  # which rules fired
+    read_p999_ms: float | None = None  # seq read completion latency tail
+    rand_read_p99_ms: float | None = None
+    recipe: str | None = None  # the probe recipe these figures were measured with
+    # True when these figures may serve as the node's own history: OK, or absolved by a
+    # shared cause (so a fleet-wide shift is learned, not frozen out of history forever).
+    baseline: bool = False
 
 
 @dataclass(frozen=True)
@@ -210,3 +229,16 @@ class RunSummary:
     shared_cause_reason: str = ""
     peer_read_median_mb_s: float | None = None
     peer_rand_median_iops: float | None = None
+
+
+@dataclass(frozen=True)
+class FleetFigure:
+    """A recent baseline result of a node outside the run (same recipe), read from the store.
+
+    A small allocation has too few peers of its own; these stand in as extra peers.
+    """
+
+    node: str
+    read_bw: float  # bytes/s
+    write_bw: float | None = None
+    rand_iops: float | None = None

@@ -11,18 +11,26 @@ import contextlib
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
 from screener.errors import ProbeError, ScreenerError, StoreError, TransportError
-from screener.model import IostatSample, NodeFacts, NodeProbe, RunSummary, Trigger
+from screener.model import FleetFigure, IostatSample, NodeFacts, NodeProbe, RunSummary, Trigger
 from screener.policy import Policy
 from screener.probe.facts import facts_argv, parse_facts
-from screener.probe.fio import fio_argv, layout_argv, parse_fio, policy_jobs, probe_duration_s
+from screener.probe.fio import (
+    fio_argv,
+    layout_argv,
+    layout_timeout_s,
+    parse_fio,
+    policy_jobs,
+    probe_duration_s,
+    recipe_fingerprint,
+)
 from screener.probe.iostat import iostat_argv, iostat_count, parse_iostat
 from screener.probe.preflight import parse_preflight, preflight_argv
 from screener.transport.base import CommandResult, Transport, check
-from screener.verdict import confirm, evaluate, suspects
+from screener.verdict import confirm, evaluate, references, suspects
 
 
 class Clock(Protocol):
@@ -57,7 +65,17 @@ class RunStore(Protocol):
 
     def finish_run(self, run_id: int, finished_at: datetime, status: str = "done") -> None: ...
 
-    def read_histories(self, nodes: Sequence[str], limit: int) -> dict[str, list[float]]: ...
+    def read_histories(
+        self,
+        nodes: Sequence[str],
+        limit: int,
+        recipe: str | None = None,
+        since: datetime | None = None,
+    ) -> dict[str, list[float]]: ...
+
+    def read_fleet(
+        self, exclude: Sequence[str], recipe: str | None, since: datetime, limit: int
+    ) -> list[FleetFigure]: ...
 
 
 NodeDone = Callable[[int, NodeProbe], None]  # (round, probe) -> None, for progress bars
@@ -113,6 +131,9 @@ async def probe_node(transport: Transport, node: str, policy: Policy) -> NodePro
     pp = policy.probe
     jobs = policy_jobs(pp)
     slack = policy.transport.command_timeout_s
+    facts: NodeFacts | None = None  # kept on failure: evidence already collected
+    samples: tuple[IostatSample, ...] = ()
+    raw_iostat = ""
     try:
         pre_res, facts = await asyncio.gather(
             transport.run(node, preflight_argv(pp.target), timeout=slack),
@@ -121,23 +142,25 @@ async def probe_node(transport: Transport, node: str, policy: Policy) -> NodePro
         pre = parse_preflight(pre_res.stdout, pre_res.exit_status, node, pp)
         if pre.probe_file_mib < pp.size_mib:
             # First probe on this node: write the region once, outside the timed window.
-            lay = await transport.run(node, layout_argv(pp), timeout=slack + pp.size_mib / 10)
+            lay = await transport.run(node, layout_argv(pp), timeout=layout_timeout_s(pp, slack))
             _ok(lay, "fio layout")
         expected = probe_duration_s(pp, jobs)
         fio_task = transport.run(node, fio_argv(pp, jobs), timeout=expected + slack)
         mon: Awaitable[CommandResult | None]
-        if not pre.iostat:
-            mon = _none()
+        if not pre.iostat or facts is None or not facts.device:
+            mon = _none()  # the target's device only, or nothing: another disk proves nothing
         else:
-            devices = [facts.device] if facts and facts.device else []
             mon = transport.run(
                 node,
                 iostat_argv(
-                    pp.iostat_interval_s, iostat_count(expected, pp.iostat_interval_s), devices
+                    pp.iostat_interval_s,
+                    iostat_count(expected, pp.iostat_interval_s),
+                    [facts.device],
                 ),
                 timeout=expected + slack,
             )
         fio_res, io_res = await asyncio.gather(fio_task, mon, return_exceptions=True)
+        samples, raw_iostat = _monitor(io_res, node)  # kept even if fio failed: evidence
         if isinstance(fio_res, BaseException):
             raise fio_res
         try:
@@ -147,7 +170,6 @@ async def probe_node(transport: Transport, node: str, policy: Policy) -> NodePro
                 _ok(fio_res, "fio")  # no JSON at all: fio's stderr says why
             raise
         _ok(fio_res, "fio")
-        samples, raw_iostat = _monitor(io_res, node)
         return NodeProbe(
             node=node,
             seq_write=run.job("seq_write"),
@@ -159,13 +181,24 @@ async def probe_node(transport: Transport, node: str, policy: Policy) -> NodePro
             duration_s=time.monotonic() - t0,
             raw_fio=fio_res.stdout,
             raw_iostat=raw_iostat,
+            recipe=recipe_fingerprint(pp),
         )
     except TransportError as exc:
-        return _failed(node, exc.kind, str(exc), t0)
+        kind, message = exc.kind, str(exc)
     except ProbeError as exc:
-        return _failed(node, "probe", str(exc), t0)
+        kind, message = "probe", str(exc)
     except Exception as exc:  # one node's surprise must not abort the whole fleet
-        return _failed(node, "internal", f"{node}: internal error: {exc!r}", t0)
+        kind, message = "internal", f"{node}: internal error: {exc!r}"
+    return NodeProbe(
+        node=node,
+        error=message,
+        error_kind=kind,
+        duration_s=time.monotonic() - t0,
+        facts=facts,
+        iostat=samples,
+        raw_iostat=raw_iostat,
+        recipe=recipe_fingerprint(pp),
+    )
 
 
 def _monitor(
@@ -182,10 +215,6 @@ def _monitor(
         return parse_iostat(res.stdout, node), res.stdout
     except ProbeError:
         return (), res.stdout
-
-
-def _failed(node: str, kind: str, message: str, t0: float) -> NodeProbe:
-    return NodeProbe(node=node, error=message, error_kind=kind, duration_s=time.monotonic() - t0)
 
 
 async def _none() -> None:
@@ -234,9 +263,10 @@ async def screen(
     clock = clock or SystemClock()
     t0 = time.monotonic()
     history: dict[str, list[float]] = {}
+    fleet: list[FleetFigure] = []
     rec = _Recorder(None, None)
     if store is not None:  # a store that fails here fails the screen: nothing measured yet
-        history = store.read_histories(nodes, policy.verdict.history_runs)
+        history, fleet = _past(store, nodes, policy, clock.now())
         run_id = store.start_run(
             trigger, nodes, policy.to_dict(), job_id, nodeset or ",".join(nodes), clock.now()
         )
@@ -244,18 +274,19 @@ async def screen(
     try:
         first = await probe_all(transport, nodes, policy, 1, on_done)
         rec.probes(first, 1)
-        summary = evaluate(first, history, policy.verdict)
+        summary = evaluate(first, history, policy.verdict, fleet)
         final = {p.node: p for p in first}
         longest = [_longest(first)]
         again = suspects(summary) if policy.verdict.confirm else []
         if again:
             if between_rounds is not None:
                 await between_rounds(summary)
-            second = await probe_all(transport, again, policy, 2, on_done)
+            refs = references(summary, policy.verdict.confirm_references)
+            second = await probe_all(transport, [*again, *refs], policy, 2, on_done)
             rec.probes(second, 2)
             longest.append(_longest(second))
-            final.update({p.node: p for p in second})
-            summary = confirm(summary, evaluate(list(final.values()), history, policy.verdict))
+            final.update({p.node: p for p in second if p.node in again})
+            summary = confirm(summary, _round2(first, second, refs, history, fleet, policy), refs)
         rec.done(summary, clock.now())
     except BaseException:
         rec.failed(clock.now())
@@ -311,6 +342,40 @@ class _Recorder:
         if self.store is not None and self.run_id is not None:
             with contextlib.suppress(ScreenerError):
                 self.store.finish_run(self.run_id, at, "failed")
+
+
+def _past(
+    store: RunStore, nodes: Sequence[str], policy: Policy, now: datetime
+) -> tuple[dict[str, list[float]], list[FleetFigure]]:
+    """Own history (same recipe, within the age window) and the fleet's recent figures."""
+    vp = policy.verdict
+    recipe = recipe_fingerprint(policy.probe)
+    since = now - timedelta(days=vp.history_max_age_days) if vp.history_max_age_days else None
+    history = store.read_histories(nodes, vp.history_runs, recipe, since)
+    fleet: list[FleetFigure] = []
+    if vp.fleet_window_h > 0 and vp.fleet_max > 0:
+        window = now - timedelta(hours=vp.fleet_window_h)
+        fleet = store.read_fleet(nodes, recipe, window, vp.fleet_max)
+    return history, fleet
+
+
+def _round2(
+    first: Sequence[NodeProbe],
+    second: Sequence[NodeProbe],
+    refs: Sequence[str],
+    history: dict[str, list[float]],
+    fleet: Sequence[FleetFigure],
+    policy: Policy,
+) -> RunSummary:
+    """Judge the re-probe on round-2 figures: suspects beside the re-probed references.
+
+    Without references (every usable node was a suspect) the suspects' round-2 figures are
+    judged beside the others' round-1 figures, and confirm() says so in the reason.
+    """
+    if refs:
+        return evaluate(second, history, policy.verdict, fleet)
+    again = {p.node: p for p in second}
+    return evaluate([again.get(p.node, p) for p in first], history, policy.verdict, fleet)
 
 
 def _longest(probes: Sequence[NodeProbe]) -> float:

@@ -32,6 +32,9 @@ class ProbePolicy:
     rand_bs: str = "4k"
     rand_read: bool = True  # run the 4 KiB random-read job too
     min_free_mib: int = 64  # headroom kept free beyond size_mib
+    # The one-off layout write must finish at this rate (MB/s) or the node is UNKNOWN;
+    # its timeout is command_timeout_s + size / this. A writer that slow is a finding too.
+    layout_min_mb_s: float = 2.0
     iostat_interval_s: int = 1
     facts: bool = True  # collect PCIe/SMART/queue facts
 
@@ -53,7 +56,15 @@ class VerdictPolicy:
     shared_cause_fraction: float = 0.5  # this share of nodes slow together = shared cause
     history_runs: int = 5  # how many of the node's own past OK runs to compare with
     history_drop: float = 0.25  # below this fraction of own history median is suspect
+    history_max_age_days: float = 30.0  # older history is another hardware era (0 = no limit)
+    fleet_window_h: float = 24.0  # small runs borrow peers' recent figures (0 = never)
+    fleet_max: int = 64  # at most this many borrowed fleet figures
+    shared_outlier_factor: float = 10.0  # under a shared cause, this much below peers is slow
+    tail_min_factor: float = 4.0  # latency tail must exceed this x the peers' median tail
+    tail_floor_ms: float = 50.0  # and be at least this long to matter
     confirm: bool = True  # re-probe suspects before a final SLOW
+    confirm_references: int = 3  # healthy nodes re-probed beside the suspects (at least)
+    drain_read_timeout: bool = False  # fio timed out reading after a normal write: SLOW_READ
 
 
 @dataclass(frozen=True)
@@ -161,6 +172,14 @@ def validate(p: Policy) -> Policy:
         (p.verdict.max_write_read_ratio > 1, "verdict.max_write_read_ratio must be > 1"),
         (0 < p.verdict.shared_cause_fraction <= 1, "verdict.shared_cause_fraction in (0, 1]"),
         (p.verdict.min_peers >= 2, "verdict.min_peers must be >= 2"),
+        (p.probe.layout_min_mb_s > 0, "probe.layout_min_mb_s must be > 0"),
+        (p.verdict.history_max_age_days >= 0, "verdict.history_max_age_days must be >= 0"),
+        (p.verdict.fleet_window_h >= 0, "verdict.fleet_window_h must be >= 0"),
+        (p.verdict.fleet_max >= 0, "verdict.fleet_max must be >= 0"),
+        (p.verdict.shared_outlier_factor > 1, "verdict.shared_outlier_factor must be > 1"),
+        (p.verdict.tail_min_factor > 1, "verdict.tail_min_factor must be > 1"),
+        (p.verdict.tail_floor_ms >= 0, "verdict.tail_floor_ms must be >= 0"),
+        (p.verdict.confirm_references >= 0, "verdict.confirm_references must be >= 0"),
         (p.transport.concurrency >= 1, "transport.concurrency must be >= 1"),
         (p.transport.command_timeout_s > 0, "transport.command_timeout_s must be > 0"),
     ]

@@ -48,7 +48,8 @@ def local_screen(
 def test_local_screen_prints_table_and_stores_the_run(tmp_path: Path) -> None:
     db = tmp_path / "screener.db"
     res = local_screen(tmp_path, env={"SCREENER_DATABASE_URL": f"sqlite:///{db}"})
-    assert res.returncode in (0, 3), res.stderr
+    # a healthy local disk alone: OK (exit 0); its queueing at QD32 is not a stall
+    assert res.returncode == 0, (res.stdout, res.stderr)
     assert "read MB/s" in res.stdout and "1 nodes:" in res.stdout
     with sqlite3.connect(db) as con:
         (runs,) = con.execute("select count(*) from runs").fetchone()
@@ -58,10 +59,12 @@ def test_local_screen_prints_table_and_stores_the_run(tmp_path: Path) -> None:
 
 def test_local_screen_json_only(tmp_path: Path) -> None:
     res = local_screen(tmp_path, "--json", "--no-store")
-    assert res.returncode in (0, 3), res.stderr
+    assert res.returncode == 0, (res.stdout, res.stderr)
     doc = json.loads(res.stdout)  # nothing but JSON on stdout
     (node,) = doc["nodes"]
-    assert node["status"] in ("OK", "SLOW_READ", "SLOW_WRITE", "DEGRADED")
+    assert node["status"] == "OK", node
+    # one node has no peers: the reason says what it was judged on
+    assert "small allocation (1 < min_peers 4" in node["reason"], node
     assert node["read_mb_s"] > 0 and node["write_mb_s"] > 0
 
 
@@ -129,6 +132,8 @@ def test_screen_cluster_over_ssh_exit_3_and_stored(cluster: Any, tmp_path: Path)
     got = {n["node"]: n["status"] for n in doc["nodes"]}
     assert got[slow] == "SLOW_READ"
     assert sum(s == "OK" for s in got.values()) == len(cluster.nodes) - 1
+    (bad,) = [n for n in doc["nodes"] if n["node"] == slow]
+    assert bad["reason"].startswith("confirmed: ") and "reference nodes" in bad["reason"], bad
     with sqlite3.connect(db) as con:
         rows = con.execute("select status from verdicts").fetchall()
     assert sorted(r[0] for r in rows) == sorted(got.values())
@@ -137,8 +142,9 @@ def test_screen_cluster_over_ssh_exit_3_and_stored(cluster: Any, tmp_path: Path)
 def test_admin_queries_read_back_a_local_run(tmp_path: Path) -> None:
     env = {"SCREENER_DATABASE_URL": f"sqlite:///{tmp_path}/q.db"}
     res = local_screen(tmp_path, "--json", env=env)
-    assert res.returncode in (0, 3), res.stderr
+    assert res.returncode == 0, (res.stdout, res.stderr)
     (node,) = json.loads(res.stdout)["nodes"]
+    assert node["status"] == "OK", node
     runs = json.loads(screener("runs", "--json", env=env).stdout)
     assert len(runs) == 1 and runs[0]["node_count"] == 1 and runs[0]["status"] == "done"
     assert runs[0]["n_ok"] + runs[0]["n_slow"] + runs[0]["n_degraded"] == 1

@@ -158,4 +158,6 @@ def test_extremely_slow_reader_is_slow_not_unknown(cluster: Any) -> None:
     v = next(v for v in result.summary.verdicts if v.node == slow)
     assert v.status == Status.SLOW_READ and v.confirmed, v
     assert v.read_mb_s is not None and v.read_mb_s < 5
-    assert "100% of reads >= 100 ms" in v.reason
+    # the 100 ms mark is plain queueing at this bandwidth (median read far above it), so
+    # the share of slow reads is not what says it: the peers and the write/read ratio do
+    assert "peer median" in v.reason and "ratio" in v.signals, v

@@ -16,6 +16,7 @@ from screener.errors import StoreError, TransportError
 from screener.model import Status
 from screener.pipeline import ScreenResult, screen
 from screener.policy import Policy, policy_from_dict
+from screener.probe.fio import recipe_fingerprint
 from screener.store import Store, open_store
 from screener.transport.base import CommandResult
 
@@ -76,13 +77,21 @@ def test_captured_slow_reader_is_confirmed_and_stored(tmp_path: Path) -> None:
     assert got.pop("n3") == Status.SLOW_READ
     assert set(got.values()) == {Status.OK}
     assert result.reprobed == ("n3",) and result.rounds == 2
-    # only the suspect was probed again: one more preflight for n3, none for the others
-    assert sum(1 for h, w in t.calls if w == "screener-preflight") == len(NODES) + 1
+    # round 2: the suspect beside confirm_references (3) healthy reference nodes, the
+    # OK nodes nearest the peer median; the others are not probed again
+    again = [h for h, w in t.calls if w == "screener-preflight"][len(NODES) :]
+    assert "n3" in again and len(again) == 1 + POLICY.verdict.confirm_references
+    assert "reference nodes" in {v.node: v for v in result.summary.verdicts}["n3"].reason
     # iostat samples were parsed and kept for the node's device
     assert result.probes["n3"].iostat and result.probes["n3"].facts is not None
     assert result.run_id is not None
     assert {v.node: v.status for v in store.run_verdicts(result.run_id)}["n3"] == Status.SLOW_READ
-    assert len(store.run_probes(result.run_id, round=2)) == 1
+    assert len(store.run_probes(result.run_id, round=2)) == 4
+    # the recipe fingerprint is stored with the probe and the verdict
+    assert {p.recipe for p in store.run_probes(result.run_id)} == {recipe_fingerprint(POLICY.probe)}
+    assert {v.recipe for v in store.run_verdicts(result.run_id)} == {
+        recipe_fingerprint(POLICY.probe)
+    }
 
 
 def test_unexpected_exception_on_one_node_is_unknown_not_fatal() -> None:

@@ -18,7 +18,7 @@ from screener.errors import ConfigError, ProbeError
 from screener.ingest.layout import RankLayout
 from screener.ingest.results import ParsedFile, Phase, RankResult, SourceKind
 from screener.policy import VerdictPolicy
-from screener.verdict import PeerStats, peer_stats
+from screener.verdict_rules import PeerStats, peer_stats
 
 _SUMMARIES = (SourceKind.IOR_TEXT, SourceKind.IOR_JSON)
 

@@ -6,6 +6,7 @@ to :func:`parse_fio`, which turns it into a :class:`~screener.model.FioRun`.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -35,6 +36,33 @@ def cleanup_argv(policy: ProbePolicy) -> list[str]:
     _check_policy(policy)
     # -f: a missing file is not an error; "--": the path can never be read as an option.
     return ["rm", "-f", "--", probe_file(policy)]
+
+
+def recipe_fingerprint(policy: ProbePolicy) -> str:
+    """16 hex digits naming everything in the recipe that changes the figures.
+
+    Stored with each probe and verdict so that history compares like with like: a new
+    region size, block size, queue depth, runtime, target or engine is another test.
+    """
+    recipe = {
+        "target": policy.target,
+        "size_mib": policy.size_mib,
+        "runtime_s": float(policy.runtime_s),
+        "ramp_s": float(policy.ramp_s),
+        "iodepth": policy.iodepth,
+        "ioengine": policy.ioengine,
+        "seq_bs": policy.seq_bs.lower(),
+        "rand_bs": policy.rand_bs.lower(),
+        "rand_read": policy.rand_read,
+    }
+    text = json.dumps(recipe, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def layout_timeout_s(policy: ProbePolicy, slack_s: float) -> float:
+    """Timeout of the one-off layout write: ``slack_s`` plus the region at the slowest
+    write rate the policy still wants a figure from (``layout_min_mb_s``)."""
+    return slack_s + policy.size_mib * 1.048576 / policy.layout_min_mb_s
 
 
 def policy_jobs(policy: ProbePolicy) -> tuple[str, ...]:

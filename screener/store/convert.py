@@ -33,7 +33,7 @@ _FACT_FIELDS = tuple(f.name for f in dataclasses.fields(NodeFacts) if f.name not
 _SMART_FIELDS = tuple(f.name for f in dataclasses.fields(SmartLog))
 _VERDICT_FIGURES = (
     *("read_mb_s", "write_mb_s", "rand_read_iops", "ratio", "read_p99_ms"),
-    *("z_read", "z_rand"),
+    *("z_read", "z_rand", "read_p999_ms", "rand_read_p99_ms"),
 )
 
 
@@ -60,6 +60,7 @@ def probe_row(probe: NodeProbe) -> Row:
         "duration_s": _finite(probe.node, "duration_s", probe.duration_s),
         "raw_fio": probe.raw_fio,
         "raw_iostat": probe.raw_iostat,
+        "recipe": probe.recipe,
     }
 
 
@@ -136,6 +137,7 @@ def probe_from_rows(
         duration_s=probe["duration_s"],
         raw_fio=probe["raw_fio"],
         raw_iostat=probe["raw_iostat"],
+        recipe=probe.get("recipe"),
     )
 
 
@@ -167,6 +169,8 @@ def verdict_row(v: Verdict) -> Row:
         "reason": v.reason,
         "confirmed": v.confirmed,
         "signals": list(v.signals),
+        "recipe": v.recipe,
+        "baseline": v.baseline,
     }
     for name in _VERDICT_FIGURES:
         row[name] = figure(getattr(v, name))
@@ -181,5 +185,7 @@ def verdict_from_row(node: str, row: Stored) -> Verdict:
         reason=row["reason"],
         confirmed=bool(row["confirmed"]),
         signals=tuple(row["signals"]),
-        **{n: row[n] for n in _VERDICT_FIGURES},
+        recipe=row.get("recipe"),
+        baseline=bool(row.get("baseline")),
+        **{n: row.get(n) for n in _VERDICT_FIGURES},
     )

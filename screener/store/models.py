@@ -271,6 +271,10 @@ class VerdictRecord(Base):
     confirmed: Mapped[bool] = mapped_column(default=False)
     signals: Mapped[list[str]]
     recipe: Mapped[str | None] = mapped_column(String(32))  # copied from the node's probe
+    read_p999_ms: Mapped[float | None]
+    rand_read_p99_ms: Mapped[float | None]
+    # Figures usable as the node's own history (OK, or absolved by a shared cause).
+    baseline: Mapped[bool | None]
 
 
 class EpisodeRecord(Base):

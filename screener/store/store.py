@@ -19,8 +19,8 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import aliased
 
 from screener.errors import StoreError
-from screener.model import NodeProbe, RunSummary, Status, Trigger, Verdict
-from screener.store import convert
+from screener.model import FleetFigure, NodeProbe, RunSummary, Status, Trigger, Verdict
+from screener.store import convert, history
 from screener.store.engine import (
     describe,
     first_line,
@@ -237,48 +237,31 @@ class Store:
 
     # ---- reads --------------------------------------------------------------------------
 
-    def read_history(self, node: str, limit: int) -> list[float]:
-        """Seq read bandwidth (bytes/s) of the node's latest ``limit`` OK verdicts, newest first."""
-        if limit <= 0:
-            return []
-        with self._read(f"read the history of {node}") as conn:
-            values = conn.scalars(
-                select(VerdictRecord.read_mb_s)
-                .join(NodeRecord, NodeRecord.id == VerdictRecord.node_id)
-                .where(
-                    NodeRecord.name == node,
-                    VerdictRecord.status == Status.OK.value,
-                    VerdictRecord.read_mb_s.is_not(None),
-                )
-                .order_by(VerdictRecord.started_at.desc(), VerdictRecord.run_id.desc())
-                .limit(limit)
-            ).all()
-        return [float(v) * 1e6 for v in values if v is not None]
+    def read_history(
+        self,
+        node: str,
+        limit: int,
+        recipe: str | None = None,
+        since: datetime | None = None,
+    ) -> list[float]:
+        """Seq read bandwidth (bytes/s) of the node's latest ``limit`` baseline verdicts,
+        newest first; only ``recipe`` (when given) and not before ``since`` (when given)."""
+        return self.read_histories([node], limit, recipe, since)[node]
 
-    def read_histories(self, nodes: Sequence[str], limit: int) -> dict[str, list[float]]:
+    def read_histories(
+        self,
+        nodes: Sequence[str],
+        limit: int,
+        recipe: str | None = None,
+        since: datetime | None = None,
+    ) -> dict[str, list[float]]:
         """``read_history`` for many nodes in one query (a 1,000-node sweep would otherwise
         pay 1,000 round trips); nodes without history map to []."""
         out: dict[str, list[float]] = {n: [] for n in nodes}
         if limit <= 0 or not out:
             return out
-        newest_first = func.row_number().over(
-            partition_by=VerdictRecord.node_id,
-            order_by=(VerdictRecord.started_at.desc(), VerdictRecord.run_id.desc()),
-        )
-        ranked = (
-            select(
-                NodeRecord.name,
-                VerdictRecord.read_mb_s,
-                newest_first.label("rank"),
-            )
-            .join(NodeRecord, NodeRecord.id == VerdictRecord.node_id)
-            .where(
-                NodeRecord.name.in_(list(out)),
-                VerdictRecord.status == Status.OK.value,
-                VerdictRecord.read_mb_s.is_not(None),
-            )
-            .subquery()
-        )
+        at = None if since is None else _aware(since, "since")
+        ranked = history.ranked_per_node(list(out), recipe, at)
         with self._read("read the history of many nodes") as conn:
             rows = conn.execute(
                 select(ranked.c.name, ranked.c.read_mb_s)
@@ -288,6 +271,26 @@ class Store:
         for name, mb_s in rows:
             out[name].append(float(mb_s) * 1e6)
         return out
+
+    def read_fleet(
+        self, exclude: Sequence[str], recipe: str | None, since: datetime, limit: int
+    ) -> list[FleetFigure]:
+        """The newest baseline figures of up to ``limit`` other nodes (same recipe, since
+        ``since``): extra peers for an allocation too small to judge on its own."""
+        if limit <= 0:
+            return []
+        query = history.fleet_query(exclude, recipe, _aware(since, "since"), limit)
+        with self._read("read the fleet's recent figures") as conn:
+            rows = conn.execute(query).all()
+        return [
+            FleetFigure(
+                node=r.name,
+                read_bw=float(r.read_mb_s) * 1e6,
+                write_bw=None if r.write_mb_s is None else float(r.write_mb_s) * 1e6,
+                rand_iops=None if r.rand_read_iops is None else float(r.rand_read_iops),
+            )
+            for r in rows
+        ]
 
     def latest_runs(self, limit: int) -> list[RunRow]:
         """The newest ``limit`` runs, newest first, with their verdicts counted."""

@@ -1,7 +1,7 @@
 """After the job: ingested IOR/fio results per job, node, phase and iteration (issue 12).
 
 Revision ID: 0003j
-Revises: 0002
+Revises: 0003v
 Create Date: 2026-11-22
 """
 
@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0003j"
-down_revision: str | None = "0002"
+down_revision: str | None = "0003v"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -1,0 +1,70 @@
+"""Confirmation: which nodes to re-probe (suspects and healthy references) and how a
+re-probe round is merged into the first round's verdicts. Pure, like screener.verdict."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+from screener.model import RunSummary, Status, Verdict
+
+SLOW = (Status.SLOW_READ, Status.SLOW_WRITE)
+
+
+def is_suspect(v: Verdict) -> bool:
+    """A verdict that a performance rule fired for (SLOW_*, or DEGRADED with slow figures)."""
+    return v.status in SLOW or (
+        v.status == Status.DEGRADED and bool(set(v.signals) - {"facts", "read_timeout"})
+    )
+
+
+def suspects(summary: RunSummary) -> list[str]:
+    """Nodes to re-probe before any verdict is final."""
+    return [v.node for v in summary.verdicts if is_suspect(v)]
+
+
+def references(summary: RunSummary, count: int) -> list[str]:
+    """Healthy nodes to re-probe beside the suspects, so round 2 is judged on round-2 figures.
+
+    As many as there are suspects and at least ``count`` (0 = none), the baseline nodes
+    (OK, or absolved by a shared cause) closest to the peer median first: the suspects can
+    then never be a majority of round 2 unless the references are slow too.
+    """
+    if count <= 0:
+        return []
+    slow = suspects(summary)
+    ok = [v for v in summary.verdicts if v.baseline and v.node not in slow]
+    ok.sort(key=lambda v: (abs(v.z_read) if v.z_read is not None else 0.0, v.node))
+    return [v.node for v in ok[: max(count, len(slow))]]
+
+
+def confirm(first: RunSummary, second: RunSummary, refs: Sequence[str] = ()) -> RunSummary:
+    """Merge a re-probe round into the first round's verdicts.
+
+    ``second`` was evaluated over the re-probed suspects beside the re-probed reference
+    nodes ``refs`` (or, with no references, beside the others' first-round probes, said in
+    the reason). A suspect stays slow only if the re-probe agrees; if the re-probe errored
+    it is UNKNOWN (never drain on an error); if it passed, the first finding was transient.
+    """
+    basis = (
+        f"round 2 beside {len(refs)} reference nodes"
+        if refs
+        else "round 2 judged against round-1 figures (no reference nodes)"
+    )
+    again = {v.node: v for v in second.verdicts}
+    merged: list[Verdict] = []
+    for v in first.verdicts:
+        if not is_suspect(v) or v.node not in again:
+            merged.append(v)
+            continue
+        v2 = again[v.node]
+        if is_suspect(v2):
+            text = f"confirmed: {v2.reason} [{basis}]"
+            merged.append(replace(v2, confirmed=True, reason=text))
+        elif v2.status == Status.UNKNOWN:
+            text = f"suspect ({v.reason}) but re-probe: {v2.reason} [{basis}]"
+            merged.append(replace(v2, reason=text))
+        else:
+            text = f"transient: first probe {v.reason}; re-probe passed [{basis}]"
+            merged.append(replace(v2, reason=text))
+    return replace(second if second.shared_cause else first, verdicts=tuple(merged))

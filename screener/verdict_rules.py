@@ -1,0 +1,235 @@
+"""The per-node rules behind ``screener.verdict``: robust peer statistics and the signals.
+
+Pure functions over parsed probes; docs/detection.md explains each rule and its defaults.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from screener.model import FioJobResult, NodeFacts, NodeProbe
+from screener.policy import VerdictPolicy
+
+MIN_HISTORY = 3  # own-history rule needs at least this many past baseline runs
+_MAD_TO_SIGMA = 0.6745  # robust z = 0.6745 (x - median) / MAD  (Iglewicz & Hoaglin)
+SLOW_IO_NS = 100e6  # the json+ bins count I/Os at or above this as slow (seed 001)
+# Queueing alone makes the *median* I/O wait iodepth / IOPS (Little's law): 100 ms at
+# 1 MiB x QD32 for any device under ~335 MB/s. A share of slow I/Os is a stall only when
+# the median I/O is well below the 100 ms mark, i.e. the slow ones are a tail.
+QUEUE_FACTOR = 4.0
+READ_JOBS = ("seq_read", "rand_read")
+TAIL_FIGURES = (("p99", "lat_p99_ns"), ("p99.9", "lat_p999_ns"))
+
+
+@dataclass(frozen=True)
+class PeerStats:
+    """Robust centre and spread of one figure across the usable nodes of a run.
+
+    The z-score is taken on the log of the figure: slowness is multiplicative (8x, 80x,
+    6,000x), and on a linear scale a node at zero can never score below
+    -0.6745 x median / MAD, which noisy peers (MAD 20% of the median) keep above -3.5.
+    """
+
+    median: float  # of the figure itself, for reasons and the min_peer_drop gap
+    log_median: float
+    log_mad: float  # floored, see peer_stats
+    count: int
+
+    def z(self, value: float) -> float:
+        """Robust z-score of ``value`` in log space; negative means below the peers."""
+        return _MAD_TO_SIGMA * (_log(value) - self.log_median) / self.log_mad
+
+
+def _log(value: float) -> float:
+    return math.log(max(value, 1e-3))  # a node that moved no bytes is just very slow
+
+
+def peer_stats(values: Sequence[float], policy: VerdictPolicy) -> PeerStats | None:
+    """Median and MAD of log(values), or None when too few peers or a zero median.
+
+    The MAD is floored at log(1 + ``mad_floor_fraction``): on a quiet, uniform fleet the
+    raw MAD is tiny and would turn a 3% wobble into a huge z.
+    """
+    if len(values) < policy.min_peers:
+        return None
+    med = statistics.median(values)
+    if med <= 0:
+        return None
+    logs = [_log(v) for v in values]
+    log_med = statistics.median(logs)
+    mad = statistics.median([abs(x - log_med) for x in logs])
+    floor = math.log1p(policy.mad_floor_fraction)
+    return PeerStats(med, log_med, max(mad, floor), len(values))
+
+
+def fact_problems(facts: NodeFacts | None) -> list[str]:
+    """Hardware/config facts that by themselves explain slowness (seeds 000, 003)."""
+    if facts is None:
+        return []
+    out: list[str] = []
+    if facts.pcie_downgraded:
+        out.append(
+            f"PCIe link {facts.pcie_speed} x{facts.pcie_width} below max "
+            f"{facts.pcie_max_speed} x{facts.pcie_max_width}"
+        )
+    if facts.smart is not None:
+        if facts.smart.critical_warning:
+            out.append(f"NVMe critical warning 0x{facts.smart.critical_warning:02x}")
+        if facts.smart.media_errors:
+            out.append(f"NVMe media errors {facts.smart.media_errors}")
+        if facts.smart.percentage_used >= 100:
+            out.append(f"NVMe endurance used {facts.smart.percentage_used}%")
+    if facts.md is not None:
+        out.extend(f"RAID {a} degraded" for a in facts.md.degraded)
+        out.extend(f"RAID {a} rebuilding" for a in facts.md.rebuilding)
+    return out
+
+
+_DRIFT_FIELDS = ("scheduler", "read_ahead_kb", "nr_requests", "write_cache")
+
+
+def fact_drift(facts: Mapping[str, NodeFacts | None]) -> dict[str, list[str]]:
+    """Per node, tunables that differ from the peers' majority value (seed 003's knobs)."""
+    drift: dict[str, list[str]] = {n: [] for n in facts}
+    for name in _DRIFT_FIELDS:
+        values = {n: getattr(f, name) for n, f in facts.items() if f is not None}
+        values = {n: v for n, v in values.items() if v is not None}
+        if len(values) < 3:
+            continue
+        common, count = Counter(values.values()).most_common(1)[0]
+        if count * 2 <= len(values):
+            continue  # no clear majority: nothing to call drift
+        for node, value in values.items():
+            if value != common:
+                drift[node].append(f"{name}={value} (peers {common})")
+    return drift
+
+
+def peer_slow(stats: PeerStats, value: float, policy: VerdictPolicy) -> bool:
+    """Peer rule: a robust z beyond the threshold AND a real gap (below min_peer_drop x median).
+
+    The second condition keeps a tight, quiet fleet from flagging a node 20% off.
+    """
+    return stats.z(value) < -policy.z_threshold and value < policy.min_peer_drop * stats.median
+
+
+def peer_reason(
+    stats: PeerStats | None,
+    value: float,
+    label: str,
+    fmt: Callable[[float], str],
+    policy: VerdictPolicy,
+) -> str | None:
+    """The reason text when the peer rule fires for ``value``, else None."""
+    if stats is None or not peer_slow(stats, value, policy):
+        return None
+    return (
+        f"{label} {fmt(value)} = {value / stats.median:.2f}x peer median "
+        f"{fmt(stats.median)} (z={stats.z(value):.1f})"
+    )
+
+
+def fmt_iops(iops: float) -> str:
+    return f"{iops:,.0f} IOPS"
+
+
+def fmt_mb(bw_bytes: float) -> str:
+    return f"{bw_bytes / 1e6:,.0f} MB/s" if bw_bytes >= 1e6 else f"{bw_bytes / 1e6:.2f} MB/s"
+
+
+def fmt_ms(ns: float) -> str:
+    ms = ns / 1e6
+    return f"{ms:,.0f} ms" if ms >= 10 else f"{ms:.2f} ms"
+
+
+@dataclass(frozen=True)
+class TailStats:
+    """The peers' latency tails of one read job: p99 and p99.9 stats, median slow share."""
+
+    tails: Mapping[str, PeerStats | None]
+    slow_median: float
+
+
+def tail_stats(jobs: Sequence[FioJobResult], policy: VerdictPolicy) -> TailStats:
+    """Peer statistics of the latency tail of one read job across the usable nodes."""
+    tails = {label: peer_stats([getattr(j, f) for j in jobs], policy) for label, f in TAIL_FIGURES}
+    enough = len(jobs) >= policy.min_peers
+    slow = statistics.median([j.slow_fraction for j in jobs]) if enough else 0.0
+    return TailStats(tails, slow)
+
+
+def tail_signals(
+    job: FioJobResult, label: str, peers: TailStats, policy: VerdictPolicy
+) -> tuple[list[str], list[str]]:
+    """Latency rules for one read job: its tail against the peers', and stalls.
+
+    ``peer_tail``: p99 or p99.9 above the peers' by a robust z beyond the threshold, at least
+    ``tail_min_factor`` x their median and ``tail_floor_ms`` long (seed 001 §2: a stalling
+    node keeps a normal mean). ``slow_ios``: the share of I/Os >= 100 ms exceeds the peers'
+    median share by ``max_slow_fraction``, counted only when the median I/O is far below
+    100 ms (else the 100 ms are plain queueing at this bandwidth and queue depth).
+    """
+    tags: list[str] = []
+    why: list[str] = []
+    for name, field in TAIL_FIGURES:
+        stats = peers.tails.get(name)
+        value: float = getattr(job, field)
+        if stats is None or value < policy.tail_floor_ms * 1e6:
+            continue
+        if stats.z(value) > policy.z_threshold and value > policy.tail_min_factor * stats.median:
+            tags.append("peer_tail")
+            why.append(
+                f"{label} {name} {fmt_ms(value)} = {value / stats.median:.0f}x peer median "
+                f"{fmt_ms(stats.median)} (z={stats.z(value):.1f})"
+            )
+            break  # one tail figure is enough to say it
+    excess = job.slow_fraction - peers.slow_median
+    if excess > policy.max_slow_fraction and job.lat_p50_ns * QUEUE_FACTOR < SLOW_IO_NS:
+        tags.append("slow_ios")
+        why.append(
+            f"{job.slow_fraction:.0%} of {label}s >= 100 ms (peers {peers.slow_median:.0%}, "
+            f"median I/O {fmt_ms(job.lat_p50_ns)})"
+        )
+    return tags, why
+
+
+def history_reason(bw: float, history: Sequence[float], policy: VerdictPolicy) -> str | None:
+    """Own-history rule: seq read below ``history_drop`` x the median of past baselines."""
+    if len(history) < MIN_HISTORY:
+        return None
+    own = statistics.median(history)
+    if own > 0 and bw < policy.history_drop * own:
+        return f"seq read {bw / own:.2f}x its own median {fmt_mb(own)}"
+    return None
+
+
+def read_stall(p: NodeProbe, policy: VerdictPolicy) -> str | None:
+    """A fio timeout whose iostat shows a normal write phase, then reads crawling.
+
+    fio runs seq_write then the reads; iostat on the target's device keeps sampling while
+    fio hangs, so it shows what fio never got to report: the extreme slow reader.
+    """
+    if p.error_kind != "timeout":
+        return None
+    samples = p.target_iostat
+    peak = max((s.wkb_s for s in samples), default=0.0)
+    if peak <= 0:
+        return None
+    last_write = max(i for i, s in enumerate(samples) if s.wkb_s >= 0.1 * peak)
+    writing = [s.wkb_s for s in samples[: last_write + 1] if s.wkb_s >= 0.1 * peak]
+    reading = [s.rkb_s for s in samples[last_write + 1 :]]
+    if not reading:
+        return None
+    write_kb = statistics.median(writing)
+    read_kb = statistics.median(reading)
+    if read_kb * policy.max_write_read_ratio >= write_kb:
+        return None
+    write_mb, read_mb = write_kb * 1.024e-3, read_kb * 1.024e-3  # iostat -k: 1024-byte kB
+    return (
+        f"fio timed out reading after a normal write (iostat {samples[0].device}: write "
+        f"{write_mb:,.0f} MB/s, then read {read_mb:,.2f} MB/s): extreme slow reader"
+    )
