@@ -105,10 +105,18 @@ def sinfo_nodes(cluster: ClusterHandle) -> dict[str, dict[str, Any]]:
 
 
 def run_screener(
-    cluster: ClusterHandle, config: Path, *args: str
+    cluster: ClusterHandle, config: Path, *args: str, cwd: Path | None = None
 ) -> subprocess.CompletedProcess[str]:
+    """`screener ARGS` against the cluster with ``config`` (and SCREENER_BIN for sbatch)."""
     env = cluster.env()
     env["SCREENER_CONFIG"] = str(config)
+    env["SCREENER_BIN"] = str(SCREENER)
     return subprocess.run(
-        [str(SCREENER), *args], capture_output=True, text=True, env=env, timeout=300, check=False
+        [str(SCREENER), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        check=False,
+        cwd=cwd,
     )

@@ -31,6 +31,19 @@ def register(sub: Subparsers) -> None:
     rel = sub.add_parser("release", help="make a job screener requeued eligible now")
     rel.add_argument("job_id")
     rel.set_defaults(handler=release)
+    sw = sub.add_parser("sweep", help="nightly sweep (inside jobs/sweep.sbatch, or --submit it)")
+    sw.add_argument("--submit", action="store_true", help="sbatch the sweep over idle nodes")
+    sw.add_argument(
+        "--script", default="/opt/screener/jobs/sweep.sbatch", help="sweep batch script"
+    )
+    sw.add_argument("--wait", action="store_true", help="with --submit: wait for the sweep")
+    sw.add_argument("--deep", action="store_true", help="SNIA-style steady-state rounds")
+    sw.set_defaults(handler=sweep)
+    pr = sub.add_parser("probe", help="probe this node, print one JSON line (sweep step)")
+    pr.add_argument("--local", action="store_true", required=True, help="this node (required)")
+    pr.add_argument("--json", action="store_true", required=True, help="JSON output (required)")
+    pr.add_argument("--deep", action="store_true", help="rounds until steady state or the cap")
+    pr.set_defaults(handler=probe)
     d = sub.add_parser("doctor", help="which Slurm backend is used and why; config in force")
     d.add_argument("--json", action="store_true")
     d.set_defaults(handler=doctor)
@@ -88,6 +101,24 @@ def resume(args: argparse.Namespace, console: Console) -> int:
             for n in names
         ]
     return 0 if all(done) or args.dry_run else 1
+
+
+def sweep(args: argparse.Namespace, console: Console) -> int:
+    from screener.hooks.logging import HookLog
+    from screener.hooks.sweep import run_sweep, submit_sweep
+
+    policy = load_policy(args.config)
+    log = HookLog("screener sweep", policy.prolog.log_file)
+    if args.submit:
+        return submit_sweep(policy, args.script, args.wait, log)
+    return run_sweep(policy, _hook_env(), log, deep=args.deep)
+
+
+def probe(args: argparse.Namespace, console: Console) -> int:
+    from screener.hooks.local_probe import probe_here
+
+    print(probe_here(load_policy(args.config), deep=args.deep), flush=True)
+    return 0
 
 
 def release(args: argparse.Namespace, console: Console) -> int:
