@@ -43,6 +43,7 @@ def hooked_cluster(directory: Path, config: Path, nodes: int = 6) -> Iterator[Cl
                 slurm_port_base=slot.slurm_port_base,
                 prolog=str(prolog),
                 epilog=str(epilog),
+                nested_loop=True,  # slow reads show in each node's own iostat
             )
             yield ClusterHandle(mc, info)
         finally:

@@ -6,6 +6,7 @@ wrapper that sets SCREENER_CONFIG), which screens, drains and makes Slurm requeu
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -138,3 +139,57 @@ def test_unreachable_database_fails_open(site: dict[str, Any]) -> None:
     assert f"job {job_id}: cannot connect to database" in log
     assert "fail open: job runs unscreened" in log
     assert job_state(cluster, job_id)["nodes"]
+
+
+def _wait_for(what: str, check: Any, timeout: float = 120.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = check()
+        if got:
+            return got
+        time.sleep(0.5)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _job_run(db: str, job_id: str) -> Any:
+    with open_store(db) as store:
+        return next(
+            (r for r in store.latest_runs(20) if r.trigger.value == "job" and r.job_id == job_id),
+            None,
+        )
+
+
+def test_in_job_iostat_stored_and_node_slowed_mid_job_gets_episode(site: dict[str, Any]) -> None:
+    cluster = site["cluster"]
+    nodes = cluster.nodes[:3]
+    reader = (
+        "fio --name=job --filename=/scratch/job.dat --size=64M --rw=read --bs=1M --direct=1"
+        " --ioengine=libaio --iodepth=8 --runtime=15 --time_based --output=/dev/null"
+    )
+    job_id = sbatch(
+        cluster,
+        "-N",
+        "3",
+        "--comment",
+        "screener=on",
+        "-o",
+        str(site["out"] / "job-%j.txt"),
+        "--wrap",
+        f"srun sh -c '{reader}'",
+    )
+    _wait_for("the job to run", lambda: job_state(cluster, job_id)["job_state"] == "RUNNING")
+    cluster.inject(nodes[0], "slow_read", SLOW)  # slowed mid-job
+    job = wait_job(cluster, job_id)
+    assert job["job_state"] == "COMPLETED", site["log"].read_text()
+    run = _wait_for("the epilog to store in-job iostat", lambda: _job_run(site["db"], job_id))
+    with open_store(site["db"]) as store:
+        probes = {p.node: p for p in store.run_probes(run.id)}
+        assert set(probes) == set(nodes)
+        for p in probes.values():  # samples per node, of that node's /scratch device only
+            assert len(p.iostat) >= 5 and len({s.device for s in p.iostat}) == 1, p.node
+        slow_await = max(s.r_await_ms for s in probes[nodes[0]].iostat)
+        assert slow_await > 100, slow_await
+        records = SlurmRecords(store)
+        assert [(e[0], e[3]) for e in records.episodes(nodes[0])] == [("job", job_id)]
+        assert records.episodes(nodes[1]) == [] and records.episodes(nodes[2]) == []
+    assert f"{nodes[0]}: in-job slow episode" in site["log"].read_text()

@@ -31,7 +31,7 @@ from deploy.minicluster.procs import (
     tail,
     wait_until,
 )
-from deploy.minicluster.records import Records
+from deploy.minicluster.records import NodeRecord, Records
 from deploy.minicluster.spec import (
     LOOP_FAULTS,
     ClusterError,
@@ -90,8 +90,13 @@ class Nodes:
         self.start_sshd(node, deadline)
 
     def _make_scratch(self, node: str, holder: Proc) -> None:
-        """Sparse image -> ext4 -> loop device -> mounted at /scratch inside the node only."""
+        """Sparse image -> ext4 -> loop device -> mounted at /scratch inside the node only.
+
+        nested_loop: the image lives on an ext4 of its own lower loop device (image in
+        /dev/shm, mounted under the node dir on the host) and is attached with direct I/O."""
         image = self.info.node_dir(node) / "scratch.img"
+        if self.info.spec.nested_loop:
+            image = self._make_outer(node) / "scratch.img"
         self.rec.update(node, image=str(image))
         image.unlink(missing_ok=True)
         with open(image, "wb") as f:
@@ -99,10 +104,32 @@ class Nodes:
         run(argv.mkfs(image, node))
         self._attach_and_mount(node, holder, image)
 
+    def _make_outer(self, node: str) -> Path:
+        outer = Path("/dev/shm") / f"{self.info.cluster_id}-{node}-outer.img"
+        mnt = self.info.node_dir(node) / "outer"
+        mnt.mkdir(exist_ok=True)
+        self.rec.update(node, outer_image=str(outer))
+        outer.unlink(missing_ok=True)
+        with open(outer, "wb") as f:
+            f.truncate((self.info.spec.scratch_mib + 128) << 20)
+        run(argv.mkfs(outer, f"{node}-lower"))
+        with _LOOP_LOCK:
+            device = run(argv.losetup_attach(outer)).strip()
+        self.rec.update(node, outer_loop=device)
+        run(argv.mount_host(device, mnt))
+        self.rec.update(node, outer_mount=str(mnt))
+        return mnt
+
+    def throttle_device(self, node: str) -> str | None:
+        """The loop device whose blkio throttle slows the node: the lower one when nested."""
+        rec = self.rec.node(node)
+        return rec.outer_loop if self.info.spec.nested_loop else rec.loop
+
     def _attach_and_mount(self, node: str, holder: Proc, image: Path) -> None:
+        attach = argv.losetup_attach_direct if self.info.spec.nested_loop else argv.losetup_attach
         with _LOOP_LOCK:
             try:
-                device = run(argv.losetup_attach(image)).strip()
+                device = run(attach(image)).strip()
             except ClusterError as exc:
                 raise PreconditionError(f"no loop device available: {exc}") from None
         self.rec.update(node, loop=device)
@@ -175,7 +202,7 @@ class Nodes:
     def remount(self, node: str) -> None:
         """Re-attach (if needed) and mount the existing image."""
         rec = self.rec.node(node)
-        image = self.info.node_dir(node) / "scratch.img"
+        image = Path(rec.image) if rec.image else self.info.node_dir(node) / "scratch.img"
         if rec.loop and loop_backing(rec.loop) == str(image):
             run(
                 argv.in_node(
@@ -215,8 +242,22 @@ class Nodes:
             )
         if rec.image:
             Path(rec.image).unlink(missing_ok=True)
+        self._teardown_outer(rec, deadline)
         self.rec.forget(node)
         return killed
+
+    def _teardown_outer(self, rec: NodeRecord, deadline: float) -> None:
+        """nested_loop: unmount the lower file system, detach its loop, delete its image."""
+        if rec.outer_mount and rec.outer_mount in _host_mounts():
+            with contextlib.suppress(ClusterError):
+                run(argv.umount(rec.outer_mount))
+        if rec.outer_loop and rec.outer_image and loop_backing(rec.outer_loop) == rec.outer_image:
+            device, image = rec.outer_loop, rec.outer_image
+            with contextlib.suppress(ClusterError):
+                run(argv.losetup_detach(device))
+            wait_until(f"{device} to detach", lambda: loop_backing(device) != image, deadline)
+        if rec.outer_image:
+            Path(rec.outer_image).unlink(missing_ok=True)
 
     # -- faults ------------------------------------------------------------------------------
     def inject(self, node: str, kind: str, value: int | None) -> None:
@@ -228,8 +269,9 @@ class Nodes:
             raise ClusterError(f"{node} is not running (run `up` again to repair it)")
         already = kind in rec.faults
         if kind in ("slow_read", "slow_randread", "slow_write"):
-            assert value is not None and rec.loop is not None
-            set_throttle(self._cgroup(node), kind, loop_devnum(rec.loop), value)
+            device = self.throttle_device(node)
+            assert value is not None and device is not None
+            set_throttle(self._cgroup(node), kind, loop_devnum(device), value)
         elif kind == "unreachable":
             stop(rec.procs.get("sshd"))
             self.rec.set_proc(node, "sshd", None)
@@ -252,8 +294,9 @@ class Nodes:
         holder_ok = self.healthy_holder(node)
         for kind in list(rec.faults):
             if kind in ("slow_read", "slow_randread", "slow_write"):
-                if rec.cgroup and rec.loop and Path(rec.cgroup).exists():
-                    set_throttle(Path(rec.cgroup), kind, loop_devnum(rec.loop), 0)
+                device = self.throttle_device(node)
+                if rec.cgroup and device and Path(rec.cgroup).exists():
+                    set_throttle(Path(rec.cgroup), kind, loop_devnum(device), 0)
             elif kind == "unreachable" and holder_ok:
                 self.start_sshd(node, deadline)
                 self.wait_sshd(node, deadline)
@@ -389,3 +432,8 @@ def ensure_privsep_dir(path: Path = SSHD_PRIVSEP_DIR) -> None:
         os.chown(path, 0, 0)
     if stat.S_IMODE(st.st_mode) != 0o755:
         path.chmod(0o755)
+
+
+def _host_mounts() -> set[str]:
+    """Mount points in this (the host's) mount namespace."""
+    return {ln.split()[4] for ln in Path("/proc/self/mountinfo").read_text().splitlines()}
