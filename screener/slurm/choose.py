@@ -26,8 +26,7 @@ def select_client(policy: SlurmPolicy) -> tuple[SlurmClient, str]:
     """(client, why). ``auto`` uses pyslurm only when it matches libslurm, else the CLI."""
     if policy.backend == "cli":
         return CliSlurm(policy.command_timeout_s), "cli: configured (slurm.backend = cli)"
-    version = slurm_version(policy.command_timeout_s)
-    mod, why = probe_pyslurm(version)
+    mod, why = probe_pyslurm(lambda: slurm_version(policy.command_timeout_s))
     if mod is not None:
         return PyslurmClient(mod), f"pyslurm: {why}"
     if policy.backend == "pyslurm":

@@ -8,7 +8,7 @@ claims it works until it runs against a matching Slurm (docs/slurm.md).
 from __future__ import annotations
 
 import importlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from screener.errors import SlurmError
@@ -16,18 +16,21 @@ from screener.nodes import fold_nodes
 from screener.slurm.model import SlurmJob, SlurmNode, check_job_id, check_reason
 
 
-def probe_pyslurm(slurm_version: str | None) -> tuple[Any | None, str]:
-    """(module, why): the module when importable and matching ``slurm_version`` (major.minor)."""
+def probe_pyslurm(slurm_version: Callable[[], str | None]) -> tuple[Any | None, str]:
+    """(module, why): the module when importable and matching the Slurm release (major.minor).
+
+    ``slurm_version`` is only called once pyslurm imports (it runs ``sinfo --version``)."""
     try:
         mod = importlib.import_module("pyslurm")
     except Exception as exc:  # ImportError, or a libslurm load failure inside the import
         return None, f"pyslurm not importable ({type(exc).__name__})"
     version = str(getattr(mod, "__version__", ""))
-    if not slurm_version:
+    release = slurm_version()
+    if not release:
         return None, f"pyslurm {version} imports but the Slurm version is unknown"
-    if version.split(".")[:2] != slurm_version.split(".")[:2]:
-        return None, f"pyslurm {version} does not match Slurm {slurm_version}"
-    return mod, f"pyslurm {version} matches Slurm {slurm_version}"
+    if version.split(".")[:2] != release.split(".")[:2]:
+        return None, f"pyslurm {version} does not match Slurm {release}"
+    return mod, f"pyslurm {version} matches Slurm {release}"
 
 
 class PyslurmClient:
