@@ -106,10 +106,15 @@ def sinfo_nodes(cluster: ClusterHandle) -> dict[str, dict[str, Any]]:
 
 
 def run_screener(
-    cluster: ClusterHandle, config: Path, *args: str, cwd: Path | None = None
+    cluster: ClusterHandle,
+    config: Path,
+    *args: str,
+    cwd: Path | None = None,
+    extra_env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """`screener ARGS` against the cluster with ``config`` (and SCREENER_BIN for sbatch)."""
     env = cluster.env()
+    env.update(extra_env or {})
     env["SCREENER_CONFIG"] = str(config)
     env["SCREENER_BIN"] = str(SCREENER)
     return subprocess.run(

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import time
@@ -13,7 +14,7 @@ from rich.console import Console
 
 from screener.cli.common import Subparsers
 from screener.errors import SlurmError
-from screener.policy import load_policy
+from screener.policy import Policy, load_policy
 
 RELEASE_WAIT_S = 90.0  # how long `release` waits for Slurm to requeue the job
 RELEASE_POLL_S = 1.0
@@ -21,6 +22,7 @@ RELEASE_POLL_S = 1.0
 
 def register(sub: Subparsers) -> None:
     p = sub.add_parser("prolog", help="PrologSlurmctld hook: screen an opted-in job's nodes")
+    p.add_argument("--dry-run", action="store_true", help="decide and record, never drain")
     p.set_defaults(handler=prolog)
     e = sub.add_parser("epilog", help="EpilogSlurmctld hook: collect in-job iostat")
     e.set_defaults(handler=epilog)
@@ -38,6 +40,7 @@ def register(sub: Subparsers) -> None:
     )
     sw.add_argument("--wait", action="store_true", help="with --submit: wait for the sweep")
     sw.add_argument("--deep", action="store_true", help="SNIA-style steady-state rounds")
+    sw.add_argument("--dry-run", action="store_true", help="never drain nor resume")
     sw.set_defaults(handler=sweep)
     pr = sub.add_parser("probe", help="probe this node, print one JSON line (sweep step)")
     pr.add_argument("--local", action="store_true", required=True, help="this node (required)")
@@ -53,11 +56,19 @@ def _hook_env() -> dict[str, str]:
     return dict(os.environ)
 
 
+def _policy(args: argparse.Namespace) -> Policy:
+    """The policy in force, with --dry-run applied to [slurm] dry_run."""
+    policy = load_policy(args.config)
+    if getattr(args, "dry_run", False):
+        policy = dataclasses.replace(policy, slurm=dataclasses.replace(policy.slurm, dry_run=True))
+    return policy
+
+
 def prolog(args: argparse.Namespace, console: Console) -> int:
     from screener.hooks.logging import HookLog
     from screener.hooks.prolog import run_prolog
 
-    policy = load_policy(args.config)
+    policy = _policy(args)
     return run_prolog(policy, _hook_env(), HookLog("screener prolog", policy.prolog.log_file))
 
 
@@ -107,7 +118,7 @@ def sweep(args: argparse.Namespace, console: Console) -> int:
     from screener.hooks.logging import HookLog
     from screener.hooks.sweep import run_sweep, submit_sweep
 
-    policy = load_policy(args.config)
+    policy = _policy(args)
     log = HookLog("screener sweep", policy.prolog.log_file)
     if args.submit:
         return submit_sweep(policy, args.script, args.wait, log)
