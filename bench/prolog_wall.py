@@ -26,6 +26,7 @@ import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -87,7 +88,10 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
-    runs_fresh, runs_fast, runs_fast_noiostat = [], [], []
+    runs_fresh: list[dict[str, Any]] = []
+    runs_fresh_iostat: list[dict[str, Any]] = []
+    runs_fast: list[dict[str, Any]] = []
+    runs_fast_noiostat: list[dict[str, Any]] = []
     with claim_slot() as slot, tempfile.TemporaryDirectory() as tmp:
         mc = Cluster(slot.state_dir)
         try:
@@ -98,25 +102,32 @@ def main() -> int:
             cfg = Path(tmp) / "screener.toml"
             job = 1000
             for i in range(args.repeat):
-                write_config(cfg, cluster, db, Path(tmp) / "log", prolog={"fresh_s": 0.0})
-                job += 1
-                wall, cpu, rc, err = prolog(cluster, cfg, job)
-                probe_s, rounds = longest(db, job)
-                runs_fresh.append(
-                    {
-                        "wall_s": round(wall, 3),
-                        "longest_probe_s": round(probe_s, 3),
-                        "overhead_s": round(wall - probe_s, 3),
-                        "hook_cpu_s": round(cpu, 3),
-                        "rounds": rounds,
-                        "exit": rc,
-                    }
-                )
-                print(
-                    f"fresh {i}: wall {wall:.2f}s, probes {probe_s:.2f}s, "
-                    f"overhead {wall - probe_s:.2f}s, rounds {rounds}, exit {rc}",
-                    flush=True,
-                )
+                for iostat, sink in ((False, runs_fresh), (True, runs_fresh_iostat)):
+                    write_config(
+                        cfg,
+                        cluster,
+                        db,
+                        Path(tmp) / "log",
+                        prolog={"fresh_s": 0.0, "iostat": iostat},
+                    )
+                    job += 1
+                    wall, cpu, rc, err = prolog(cluster, cfg, job)
+                    probe_s, rounds = longest(db, job)
+                    sink.append(
+                        {
+                            "wall_s": round(wall, 3),
+                            "longest_probe_s": round(probe_s, 3),
+                            "overhead_s": round(wall - probe_s, 3),
+                            "hook_cpu_s": round(cpu, 3),
+                            "rounds": rounds,
+                            "exit": rc,
+                        }
+                    )
+                    print(
+                        f"fresh (iostat {iostat}) {i}: wall {wall:.2f}s, probes {probe_s:.2f}s, "
+                        f"overhead {wall - probe_s:.2f}s, cpu {cpu:.2f}s, rounds {rounds}",
+                        flush=True,
+                    )
                 for iostat, sink in ((True, runs_fast), (False, runs_fast_noiostat)):
                     write_config(
                         cfg,
@@ -130,7 +141,8 @@ def main() -> int:
                     assert "fast path" in err, err
                     sink.append({"wall_s": round(wall, 3), "hook_cpu_s": round(cpu, 3), "exit": rc})
                     print(
-                        f"fast path (iostat {iostat}) {i}: wall {wall:.2f}s exit {rc}", flush=True
+                        f"fast path (iostat {iostat}) {i}: wall {wall:.2f}s cpu {cpu:.2f}s",
+                        flush=True,
                     )
         finally:
             mc.down()
@@ -148,12 +160,16 @@ def main() -> int:
         "cluster_nodes": NODES,
         "probe": "3 fio jobs x (0.5 s ramp + 1.5 s), 64 MiB region, QD32, direct=1",
         "targets_s": {"fresh_overhead": 2.0, "fast_path_wall": 1.0},
-        "fresh": runs_fresh,
+        "fresh_no_iostat": runs_fresh,
+        "fresh_with_iostat": runs_fresh_iostat,
         "fast_path_no_iostat": runs_fast_noiostat,
         "fast_path_with_iostat": runs_fast,
         "load_average_at_end": [round(x, 1) for x in load],
         "median": {
             "fresh_hook_cpu_s": statistics.median(r["hook_cpu_s"] for r in runs_fresh),
+            "fresh_with_iostat_overhead_s": statistics.median(
+                r["overhead_s"] for r in runs_fresh_iostat
+            ),
             "fast_path_hook_cpu_s": statistics.median(r["hook_cpu_s"] for r in runs_fast_noiostat),
             "fresh_overhead_s": fresh_med,
             "fast_path_wall_s": fast_med,
