@@ -118,16 +118,6 @@ def losetup_attach_direct(image: Path) -> list[str]:
     return [tool("losetup"), "--find", "--show", "--direct-io=on", str(image)]
 
 
-def mount_host(device: str, target: Path) -> list[str]:
-    """Mount the lower device's ext4 on the host (nested_loop)."""
-    return [tool("mount"), "-t", "ext4", "-o", "noatime", device, str(target)]
-
-
-def umount(target: str) -> list[str]:
-    """Unmount a host mount we made (nested_loop's lower file system)."""
-    return [tool("umount"), target]
-
-
 def losetup_detach(device: str) -> list[str]:
     """Detach a loop device (the kernel defers it if something still holds it)."""
     return [tool("losetup"), "--detach", device]

@@ -94,31 +94,33 @@ class Nodes:
 
         nested_loop: the image lives on an ext4 of its own lower loop device (image in
         /dev/shm, mounted under the node dir on the host) and is attached with direct I/O."""
-        image = self.info.node_dir(node) / "scratch.img"
         if self.info.spec.nested_loop:
-            image = self._make_outer(node) / "scratch.img"
-        self.rec.update(node, image=str(image))
-        image.unlink(missing_ok=True)
-        with open(image, "wb") as f:
-            f.truncate(self.info.spec.scratch_mib << 20)  # sparse: costs only what is written
+            image = self._make_outer(node)  # the lower loop device itself
+            self.rec.update(node, image=str(image))
+        else:
+            image = self.info.node_dir(node) / "scratch.img"
+            self.rec.update(node, image=str(image))
+            image.unlink(missing_ok=True)
+            with open(image, "wb") as f:
+                f.truncate(self.info.spec.scratch_mib << 20)  # sparse: costs only what is written
         run(argv.mkfs(image, node))
         self._attach_and_mount(node, holder, image)
 
     def _make_outer(self, node: str) -> Path:
+        """nested_loop: the lower loop device (image in /dev/shm) that backs /scratch's loop.
+
+        No file system and no mount: the scratch loop is backed by the lower *device* with
+        direct I/O. (A lower file system mounted on the host leaked into every mount
+        namespace created meanwhile, other clusters' included, and kept the device busy.)"""
         outer = Path("/dev/shm") / f"{self.info.cluster_id}-{node}-outer.img"
-        mnt = self.info.node_dir(node) / "outer"
-        mnt.mkdir(exist_ok=True)
         self.rec.update(node, outer_image=str(outer))
         outer.unlink(missing_ok=True)
         with open(outer, "wb") as f:
-            f.truncate((self.info.spec.scratch_mib + 128) << 20)
-        run(argv.mkfs(outer, f"{node}-lower"))
+            f.truncate(self.info.spec.scratch_mib << 20)
         with _LOOP_LOCK:
             device = run(argv.losetup_attach(outer)).strip()
         self.rec.update(node, outer_loop=device)
-        run(argv.mount_host(device, mnt))
-        self.rec.update(node, outer_mount=str(mnt))
-        return mnt
+        return Path(device)
 
     def throttle_device(self, node: str) -> str | None:
         """The loop device whose blkio throttle slows the node: the lower one when nested."""
@@ -240,17 +242,14 @@ class Nodes:
                 deadline,
                 lambda: f"{image} still attached",
             )
-        if rec.image:
+        if rec.image and not rec.image.startswith("/dev/"):  # nested: the image is a device
             Path(rec.image).unlink(missing_ok=True)
         self._teardown_outer(rec, deadline)
         self.rec.forget(node)
         return killed
 
     def _teardown_outer(self, rec: NodeRecord, deadline: float) -> None:
-        """nested_loop: unmount the lower file system, detach its loop, delete its image."""
-        if rec.outer_mount and rec.outer_mount in _host_mounts():
-            with contextlib.suppress(ClusterError):
-                run(argv.umount(rec.outer_mount))
+        """nested_loop: detach the lower loop device, delete its image."""
         if rec.outer_loop and rec.outer_image and loop_backing(rec.outer_loop) == rec.outer_image:
             device, image = rec.outer_loop, rec.outer_image
             with contextlib.suppress(ClusterError):
@@ -432,8 +431,3 @@ def ensure_privsep_dir(path: Path = SSHD_PRIVSEP_DIR) -> None:
         os.chown(path, 0, 0)
     if stat.S_IMODE(st.st_mode) != 0o755:
         path.chmod(0o755)
-
-
-def _host_mounts() -> set[str]:
-    """Mount points in this (the host's) mount namespace."""
-    return {ln.split()[4] for ln in Path("/proc/self/mountinfo").read_text().splitlines()}
