@@ -60,6 +60,7 @@ def run_screen(
     store_results: bool = True,
     on_done: NodeDone | None = None,
     between_rounds: BetweenRounds | None = None,
+    deadline_s: float | None = None,
 ) -> ScreenResult:
     """Open the store (migrating the embedded SQLite on first use), then screen ``nodes``."""
     url = database_url(policy)
@@ -78,6 +79,7 @@ def run_screen(
                 nodeset=fold_nodes(nodes),
                 on_done=on_done,
                 between_rounds=between_rounds,
+                deadline_s=deadline_s,
             )
         finally:
             await transport.close()

@@ -227,23 +227,47 @@ async def probe_all(
     policy: Policy,
     round_no: int,
     on_done: NodeDone | None = None,
+    stop_at: float | None = None,
 ) -> list[NodeProbe]:
     """Probe every node in parallel, order kept.
 
     The transport bounds *commands* by ``concurrency``; a node runs two at once (fio and
     its iostat monitor), so at most half as many nodes start together. Otherwise fio
     commands could fill every slot and each iostat would only start after its fio ended.
+    ``stop_at`` (time.monotonic()) is the screen's deadline: a node not done by then is
+    UNKNOWN (error kind "deadline"), never SLOW.
     """
     gate = asyncio.Semaphore(max(1, policy.transport.concurrency // 2))
 
+    async def bounded(node: str) -> NodeProbe:
+        if stop_at is None:
+            return await probe_node(transport, node, policy)
+        t0 = time.monotonic()
+        try:
+            async with asyncio.timeout_at(_loop_time(stop_at)):
+                return await probe_node(transport, node, policy)
+        except TimeoutError:
+            return NodeProbe(
+                node=node,
+                error=f"{node}: screen deadline reached",
+                error_kind="deadline",
+                duration_s=time.monotonic() - t0,
+                recipe=recipe_fingerprint(policy.probe),
+            )
+
     async def one(node: str) -> NodeProbe:
         async with gate:
-            p = await probe_node(transport, node, policy)
+            p = await bounded(node)
         if on_done is not None:
             on_done(round_no, p)
         return p
 
     return list(await asyncio.gather(*(one(n) for n in nodes)))
+
+
+def _loop_time(stop_at: float) -> float:
+    """A time.monotonic() instant in the running loop's clock (asyncio.timeout_at's)."""
+    return asyncio.get_running_loop().time() + (stop_at - time.monotonic())
 
 
 async def screen(
@@ -258,21 +282,27 @@ async def screen(
     clock: Clock | None = None,
     on_done: NodeDone | None = None,
     between_rounds: BetweenRounds | None = None,
+    deadline_s: float | None = None,
 ) -> ScreenResult:
-    """Screen ``nodes``: probe, judge against peers and history, confirm suspects, store."""
+    """Screen ``nodes``: probe, judge against peers and history, confirm suspects, store.
+
+    ``deadline_s`` bounds the whole screen (both rounds): when it runs out the screen decides
+    with what it has, and every node (or re-probe) not finished is UNKNOWN, never SLOW.
+    """
     clock = clock or SystemClock()
     t0 = time.monotonic()
+    stop_at = None if deadline_s is None else t0 + deadline_s
     history: dict[str, list[float]] = {}
     fleet: list[FleetFigure] = []
     rec = _Recorder(None, None)
     if store is not None:  # a store that fails here fails the screen: nothing measured yet
-        history, fleet = _past(store, nodes, policy, clock.now())
+        history, fleet = past_figures(store, nodes, policy, clock.now())
         run_id = store.start_run(
             trigger, nodes, policy.to_dict(), job_id, nodeset or ",".join(nodes), clock.now()
         )
         rec = _Recorder(store, run_id)
     try:
-        first = await probe_all(transport, nodes, policy, 1, on_done)
+        first = await probe_all(transport, nodes, policy, 1, on_done, stop_at)
         rec.probes(first, 1)
         summary = evaluate(first, history, policy.verdict, fleet)
         final = {p.node: p for p in first}
@@ -282,11 +312,13 @@ async def screen(
             if between_rounds is not None:
                 await between_rounds(summary)
             refs = references(summary, policy.verdict.confirm_references)
-            second = await probe_all(transport, [*again, *refs], policy, 2, on_done)
+            second = await probe_all(transport, [*again, *refs], policy, 2, on_done, stop_at)
             rec.probes(second, 2)
             longest.append(_longest(second))
             final.update({p.node: p for p in second if p.node in again})
-            summary = confirm(summary, _round2(first, second, refs, history, fleet, policy), refs)
+            summary = confirm(
+                summary, judge_round2(first, second, refs, history, fleet, policy), refs
+            )
         rec.done(summary, clock.now())
     except BaseException:
         rec.failed(clock.now())
@@ -344,7 +376,7 @@ class _Recorder:
                 self.store.finish_run(self.run_id, at, "failed")
 
 
-def _past(
+def past_figures(
     store: RunStore, nodes: Sequence[str], policy: Policy, now: datetime
 ) -> tuple[dict[str, list[float]], list[FleetFigure]]:
     """Own history (same recipe, within the age window) and the fleet's recent figures."""
@@ -359,7 +391,7 @@ def _past(
     return history, fleet
 
 
-def _round2(
+def judge_round2(
     first: Sequence[NodeProbe],
     second: Sequence[NodeProbe],
     refs: Sequence[str],

@@ -89,6 +89,51 @@ class StorePolicy:
 
 
 @dataclass(frozen=True)
+class SlurmPolicy:
+    """How screener talks to Slurm and how far it may go (docs/slurm.md)."""
+
+    backend: str = "auto"  # auto | cli | pyslurm; auto = pyslurm when it matches, else cli
+    command_timeout_s: float = 20.0  # per sinfo/squeue/scontrol call
+    tag: str = "screener:"  # every drain reason starts with this; resume checks the whole reason
+    dry_run: bool = False  # decide and record, but never drain or resume
+    max_drain_fraction: float = 0.34  # of one allocation/sweep; beyond it nobody is drained
+    partition_max_drain_fraction: float = 0.2  # of a partition's nodes within the window
+    partition_window_s: float = 3600.0
+
+
+@dataclass(frozen=True)
+class PrologPolicy:
+    """Which jobs the PrologSlurmctld hook screens, and its budget (docs/slurm.md)."""
+
+    partitions: tuple[str, ...] = ()  # empty = every partition
+    job_name_regex: str = ""  # e.g. "ior|benchfs"; a job is selected by name OR comment
+    comment_token: str = "screener=on"  # a whitespace/comma separated token in the comment
+    budget_s: float = 60.0  # decide with what is done by then; keep well under the timeout
+    fresh_s: float = 3600.0  # a node that passed this recently is not probed again ...
+    flaky_window_s: float = 86400.0  # ... unless it had a slow episode within this window
+    fail_closed: bool = False  # on an internal error: False = let the job run, True = requeue
+    release_requeued: bool = True  # after a drain, make the requeued job eligible at once
+    iostat: bool = True  # start in-job iostat on the screened nodes (stopped by the epilog)
+    iostat_interval_s: int = 5
+    iostat_max_s: int = 86400  # in-job iostat stops by itself after this (no epilog came)
+    job_r_await_factor: float = 4.0  # in-job: r_await above this x the job's median = slow
+    job_min_r_await_ms: float = 50.0  # ... and above this absolute floor
+    log_file: str = ""  # hook log lines are appended here too (slurmctld drops hook output)
+
+
+@dataclass(frozen=True)
+class SweepPolicy:
+    """The nightly sweep: which nodes, how often a drained node must pass, deep mode."""
+
+    resume_after: int = 2  # consecutive passing sweeps before a screener drain is resumed
+    partition: str = ""  # restrict the sweep to one partition ("" = all)
+    deep_max_rounds: int = 25  # deep mode: cap on rounds per node (seed 002)
+    deep_window: int = 5  # steady state over the last this many rounds ...
+    deep_max_excursion: float = 0.2  # ... max-min within this fraction of their mean ...
+    deep_max_slope: float = 0.1  # ... and |best-fit slope| x window within this fraction
+
+
+@dataclass(frozen=True)
 class Policy:
     """The whole configuration."""
 
@@ -96,6 +141,9 @@ class Policy:
     verdict: VerdictPolicy = field(default_factory=VerdictPolicy)
     transport: TransportPolicy = field(default_factory=TransportPolicy)
     store: StorePolicy = field(default_factory=StorePolicy)
+    slurm: SlurmPolicy = field(default_factory=SlurmPolicy)
+    prolog: PrologPolicy = field(default_factory=PrologPolicy)
+    sweep: SweepPolicy = field(default_factory=SweepPolicy)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dict (stored with each run so a verdict can be explained later)."""
@@ -107,11 +155,15 @@ _SECTIONS: dict[str, type[Any]] = {
     "verdict": VerdictPolicy,
     "transport": TransportPolicy,
     "store": StorePolicy,
+    "slurm": SlurmPolicy,
+    "prolog": PrologPolicy,
+    "sweep": SweepPolicy,
 }
 
 _ALLOWED = {
     "probe.ioengine": ("libaio", "io_uring"),
     "transport.kind": ("asyncssh", "fabric", "local"),
+    "slurm.backend": ("auto", "cli", "pyslurm"),
 }
 
 
@@ -182,11 +234,41 @@ def validate(p: Policy) -> Policy:
         (p.verdict.confirm_references >= 0, "verdict.confirm_references must be >= 0"),
         (p.transport.concurrency >= 1, "transport.concurrency must be >= 1"),
         (p.transport.command_timeout_s > 0, "transport.command_timeout_s must be > 0"),
+        *_slurm_checks(p),
     ]
     for ok, message in checks:
         if not ok:
             raise ConfigError(message)
     return p
+
+
+def _slurm_checks(p: Policy) -> list[tuple[bool, str]]:
+    """Range checks of the [slurm], [prolog] and [sweep] sections."""
+    import re
+
+    try:
+        re.compile(p.prolog.job_name_regex)
+        regex_ok = True
+    except re.error:
+        regex_ok = False
+    tag = p.slurm.tag
+    return [
+        (p.slurm.command_timeout_s > 0, "slurm.command_timeout_s must be > 0"),
+        (0 < len(tag) <= 16 and tag.isprintable(), "slurm.tag must be 1-16 printable chars"),
+        (0 < p.slurm.max_drain_fraction <= 1, "slurm.max_drain_fraction in (0, 1]"),
+        (0 < p.slurm.partition_max_drain_fraction <= 1, "slurm.partition_max_drain_fraction"),
+        (p.slurm.partition_window_s >= 0, "slurm.partition_window_s must be >= 0"),
+        (regex_ok, f"prolog.job_name_regex is not a valid regex: {p.prolog.job_name_regex!r}"),
+        (p.prolog.budget_s > 0, "prolog.budget_s must be > 0"),
+        (p.prolog.fresh_s >= 0, "prolog.fresh_s must be >= 0"),
+        (p.prolog.flaky_window_s >= 0, "prolog.flaky_window_s must be >= 0"),
+        (p.prolog.iostat_interval_s >= 1, "prolog.iostat_interval_s must be >= 1"),
+        (p.prolog.iostat_max_s >= 1, "prolog.iostat_max_s must be >= 1"),
+        (p.prolog.job_r_await_factor > 1, "prolog.job_r_await_factor must be > 1"),
+        (p.sweep.resume_after >= 1, "sweep.resume_after must be >= 1"),
+        (p.sweep.deep_window >= 2, "sweep.deep_window must be >= 2"),
+        (p.sweep.deep_max_rounds >= p.sweep.deep_window, "sweep.deep_max_rounds >= deep_window"),
+    ]
 
 
 def load_policy(path: str | os.PathLike[str] | None = None) -> Policy:

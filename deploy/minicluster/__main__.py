@@ -37,6 +37,11 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--fault", action="append", default=[], metavar="NODE:KIND[=VALUE]")
     up.add_argument("--prolog", help="script run as PrologSlurmctld (via an env wrapper)")
     up.add_argument("--epilog", help="script run as EpilogSlurmctld (via an env wrapper)")
+    up.add_argument(
+        "--nested-loop",
+        action="store_true",
+        help="/scratch on a loop nested in another: slow_* show in the node's iostat",
+    )
     up.add_argument("--timeout", type=float, default=180.0, help="readiness deadline, s")
 
     sub.add_parser("down", parents=[common], help="remove everything up created")
@@ -81,6 +86,7 @@ def _dispatch(cluster: Cluster, ns: argparse.Namespace) -> int:
             scratch_mib=ns.scratch_mib,
             prolog=ns.prolog,
             epilog=ns.epilog,
+            nested_loop=ns.nested_loop,
             faults=ns.fault,
             timeout=ns.timeout,
         )

@@ -113,6 +113,11 @@ def losetup_attach(image: Path) -> list[str]:
     return [tool("losetup"), "--find", "--show", str(image)]
 
 
+def losetup_attach_direct(image: Path) -> list[str]:
+    """Attach with direct I/O, so reads reach the lower loop device (nested_loop)."""
+    return [tool("losetup"), "--find", "--show", "--direct-io=on", str(image)]
+
+
 def losetup_detach(device: str) -> list[str]:
     """Detach a loop device (the kernel defers it if something still holds it)."""
     return [tool("losetup"), "--detach", device]

@@ -120,6 +120,7 @@ class Cluster:
         scratch_mib: int = 1024,
         prolog: str | None = None,
         epilog: str | None = None,
+        nested_loop: bool = False,
         faults: Sequence[FaultArg] = (),
         timeout: float = 180.0,
     ) -> ClusterInfo:
@@ -133,6 +134,7 @@ class Cluster:
             scratch_mib=scratch_mib,
             prolog=_hook_path("--prolog", prolog),
             epilog=_hook_path("--epilog", epilog),
+            nested_loop=nested_loop,
         )
         wanted = [_fault_tuple(f) for f in faults]
         for node, kind, _ in wanted:  # refuse bad faults before building anything

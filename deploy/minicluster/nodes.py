@@ -31,7 +31,7 @@ from deploy.minicluster.procs import (
     tail,
     wait_until,
 )
-from deploy.minicluster.records import Records
+from deploy.minicluster.records import NodeRecord, Records
 from deploy.minicluster.spec import (
     LOOP_FAULTS,
     ClusterError,
@@ -90,19 +90,48 @@ class Nodes:
         self.start_sshd(node, deadline)
 
     def _make_scratch(self, node: str, holder: Proc) -> None:
-        """Sparse image -> ext4 -> loop device -> mounted at /scratch inside the node only."""
-        image = self.info.node_dir(node) / "scratch.img"
-        self.rec.update(node, image=str(image))
-        image.unlink(missing_ok=True)
-        with open(image, "wb") as f:
-            f.truncate(self.info.spec.scratch_mib << 20)  # sparse: costs only what is written
+        """Sparse image -> ext4 -> loop device -> mounted at /scratch inside the node only.
+
+        nested_loop: the image lives on an ext4 of its own lower loop device (image in
+        /dev/shm, mounted under the node dir on the host) and is attached with direct I/O."""
+        if self.info.spec.nested_loop:
+            image = self._make_outer(node)  # the lower loop device itself
+            self.rec.update(node, image=str(image))
+        else:
+            image = self.info.node_dir(node) / "scratch.img"
+            self.rec.update(node, image=str(image))
+            image.unlink(missing_ok=True)
+            with open(image, "wb") as f:
+                f.truncate(self.info.spec.scratch_mib << 20)  # sparse: costs only what is written
         run(argv.mkfs(image, node))
         self._attach_and_mount(node, holder, image)
 
+    def _make_outer(self, node: str) -> Path:
+        """nested_loop: the lower loop device (image in /dev/shm) that backs /scratch's loop.
+
+        No file system and no mount: the scratch loop is backed by the lower *device* with
+        direct I/O. (A lower file system mounted on the host leaked into every mount
+        namespace created meanwhile, other clusters' included, and kept the device busy.)"""
+        outer = Path("/dev/shm") / f"{self.info.cluster_id}-{node}-outer.img"
+        self.rec.update(node, outer_image=str(outer))
+        outer.unlink(missing_ok=True)
+        with open(outer, "wb") as f:
+            f.truncate(self.info.spec.scratch_mib << 20)
+        with _LOOP_LOCK:
+            device = run(argv.losetup_attach(outer)).strip()
+        self.rec.update(node, outer_loop=device)
+        return Path(device)
+
+    def throttle_device(self, node: str) -> str | None:
+        """The loop device whose blkio throttle slows the node: the lower one when nested."""
+        rec = self.rec.node(node)
+        return rec.outer_loop if self.info.spec.nested_loop else rec.loop
+
     def _attach_and_mount(self, node: str, holder: Proc, image: Path) -> None:
+        attach = argv.losetup_attach_direct if self.info.spec.nested_loop else argv.losetup_attach
         with _LOOP_LOCK:
             try:
-                device = run(argv.losetup_attach(image)).strip()
+                device = run(attach(image)).strip()
             except ClusterError as exc:
                 raise PreconditionError(f"no loop device available: {exc}") from None
         self.rec.update(node, loop=device)
@@ -175,7 +204,7 @@ class Nodes:
     def remount(self, node: str) -> None:
         """Re-attach (if needed) and mount the existing image."""
         rec = self.rec.node(node)
-        image = self.info.node_dir(node) / "scratch.img"
+        image = Path(rec.image) if rec.image else self.info.node_dir(node) / "scratch.img"
         if rec.loop and loop_backing(rec.loop) == str(image):
             run(
                 argv.in_node(
@@ -213,10 +242,21 @@ class Nodes:
                 deadline,
                 lambda: f"{image} still attached",
             )
-        if rec.image:
+        if rec.image and not rec.image.startswith("/dev/"):  # nested: the image is a device
             Path(rec.image).unlink(missing_ok=True)
+        self._teardown_outer(rec, deadline)
         self.rec.forget(node)
         return killed
+
+    def _teardown_outer(self, rec: NodeRecord, deadline: float) -> None:
+        """nested_loop: detach the lower loop device, delete its image."""
+        if rec.outer_loop and rec.outer_image and loop_backing(rec.outer_loop) == rec.outer_image:
+            device, image = rec.outer_loop, rec.outer_image
+            with contextlib.suppress(ClusterError):
+                run(argv.losetup_detach(device))
+            wait_until(f"{device} to detach", lambda: loop_backing(device) != image, deadline)
+        if rec.outer_image:
+            Path(rec.outer_image).unlink(missing_ok=True)
 
     # -- faults ------------------------------------------------------------------------------
     def inject(self, node: str, kind: str, value: int | None) -> None:
@@ -228,8 +268,9 @@ class Nodes:
             raise ClusterError(f"{node} is not running (run `up` again to repair it)")
         already = kind in rec.faults
         if kind in ("slow_read", "slow_randread", "slow_write"):
-            assert value is not None and rec.loop is not None
-            set_throttle(self._cgroup(node), kind, loop_devnum(rec.loop), value)
+            device = self.throttle_device(node)
+            assert value is not None and device is not None
+            set_throttle(self._cgroup(node), kind, loop_devnum(device), value)
         elif kind == "unreachable":
             stop(rec.procs.get("sshd"))
             self.rec.set_proc(node, "sshd", None)
@@ -252,8 +293,9 @@ class Nodes:
         holder_ok = self.healthy_holder(node)
         for kind in list(rec.faults):
             if kind in ("slow_read", "slow_randread", "slow_write"):
-                if rec.cgroup and rec.loop and Path(rec.cgroup).exists():
-                    set_throttle(Path(rec.cgroup), kind, loop_devnum(rec.loop), 0)
+                device = self.throttle_device(node)
+                if rec.cgroup and device and Path(rec.cgroup).exists():
+                    set_throttle(Path(rec.cgroup), kind, loop_devnum(device), 0)
             elif kind == "unreachable" and holder_ok:
                 self.start_sshd(node, deadline)
                 self.wait_sshd(node, deadline)

@@ -23,6 +23,9 @@ class NodeRecord:
     image: str | None = None
     loop: str | None = None
     mounts: list[str] = field(default_factory=list)
+    # nested_loop: the lower loop device and its image (in /dev/shm)
+    outer_image: str | None = None
+    outer_loop: str | None = None
     procs: dict[str, Proc] = field(default_factory=dict)
     faults: dict[str, int | None] = field(default_factory=dict)
 
@@ -32,6 +35,8 @@ class NodeRecord:
             "image": self.image,
             "loop": self.loop,
             "mounts": list(self.mounts),
+            "outer_image": self.outer_image,
+            "outer_loop": self.outer_loop,
             "procs": {k: p.to_json() for k, p in self.procs.items()},
             "faults": dict(self.faults),
         }
@@ -43,6 +48,8 @@ class NodeRecord:
             image=data.get("image"),
             loop=data.get("loop"),
             mounts=list(data.get("mounts", [])),
+            outer_image=data.get("outer_image"),
+            outer_loop=data.get("outer_loop"),
             procs={k: Proc.from_json(v) for k, v in data.get("procs", {}).items()},
             faults=dict(data.get("faults", {})),
         )

@@ -98,6 +98,8 @@ def slurm_conf(info: ClusterInfo, cpus: int, prolog: Path | None, epilog: Path |
         "TaskPlugin=task/none",
         "SelectType=select/linear",  # whole nodes, as benchmarks and screening want
         "SchedulerType=sched/backfill",
+        # A job whose prolog failed (screener drained a node) is requeued, not held.
+        "SchedulerParameters=nohold_on_prolog_fail",
         "MpiDefault=none",
         "SwitchType=switch/none",
         "JobAcctGatherType=jobacct_gather/none",

@@ -60,6 +60,9 @@ class ClusterSpec:
     scratch_mib: int = 1024
     prolog: str | None = None
     epilog: str | None = None
+    # /scratch on a loop device nested in another (DESIGN.md): slow_* throttle the lower
+    # device, so the wait shows in the node's own device (iostat r_await, %util).
+    nested_loop: bool = False
 
     def __post_init__(self) -> None:
         validate_spec(self)
@@ -72,6 +75,7 @@ class ClusterSpec:
     def from_json(cls, data: Mapping[str, Any]) -> ClusterSpec:
         """Inverse of to_json; unknown keys are an error (a state dir from another version)."""
         names = {f.name for f in dataclasses.fields(cls)}
+        data = {"nested_loop": False, **data}  # cluster.json written before the option
         unknown = set(data) - names
         if unknown:
             raise ClusterError(f"cluster.json has unknown keys: {', '.join(sorted(unknown))}")
@@ -91,6 +95,8 @@ def validate_spec(spec: ClusterSpec) -> None:
         raise ClusterError(f"--slurm-port-base {spec.slurm_port_base} leaves no room for ports")
     if not 64 <= spec.scratch_mib <= 1024 * 1024:
         raise ClusterError(f"scratch size must be 64 MiB .. 1 TiB, got {spec.scratch_mib} MiB")
+    if spec.nested_loop and spec.sshd_only:
+        raise ClusterError("--nested-loop needs /scratch, which --sshd-only does not create")
     for flag, path in (("--prolog", spec.prolog), ("--epilog", spec.epilog)):
         if path is None:
             continue

@@ -16,13 +16,13 @@ from collections.abc import Sequence
 from rich.console import Console
 
 from screener import __version__
-from screener.cli import db, ingest, queries, screen
+from screener.cli import db, ingest, queries, screen, slurm
 from screener.cli.common import EXIT_SLOW
 from screener.errors import ScreenerError
 
 __all__ = ["EXIT_SLOW", "main"]
 
-FAMILIES = (screen, queries, db, ingest)
+FAMILIES = (screen, queries, db, slurm, ingest)
 
 
 def _parser() -> argparse.ArgumentParser:

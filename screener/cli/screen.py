@@ -7,7 +7,7 @@ import argparse
 from rich.console import Console
 
 from screener.cli.common import EXIT_SLOW, Subparsers
-from screener.errors import ScreenerError, StoreError
+from screener.errors import ConfigError, ScreenerError, StoreError
 from screener.model import Trigger
 from screener.policy import load_policy
 
@@ -22,6 +22,12 @@ def register(sub: Subparsers) -> None:
     s.add_argument("--no-store", action="store_true", help="do not write the run to the DB")
     s.add_argument("--job-id", help="Slurm job id this screen belongs to")
     s.add_argument("--trigger", choices=[t.value for t in Trigger], default="manual")
+    s.add_argument(
+        "--deadline",
+        type=float,
+        metavar="S",
+        help="decide after S seconds with what is done (unfinished nodes UNKNOWN, never SLOW)",
+    )
     s.add_argument("--json", action="store_true", help="print JSON only")
     s.set_defaults(handler=run)
 
@@ -36,6 +42,8 @@ def run(args: argparse.Namespace, console: Console) -> int:
         transport=args.transport,
         confirm=not args.no_confirm,
     )
+    if args.deadline is not None and not args.deadline > 0:
+        raise ConfigError("--deadline must be > 0 seconds")
     nodes = app.resolve_nodes(args.nodeset, args.local)
     with report.progress(console, len(nodes), enabled=not args.json) as on_done:
         result = app.run_screen(
@@ -45,6 +53,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
             job_id=args.job_id,
             store_results=not args.no_store,
             on_done=on_done,
+            deadline_s=args.deadline,
         )
     if args.json:
         print(report.result_json(result))

@@ -1,0 +1,186 @@
+"""Prolog wall time for an 8-node allocation: `screener prolog` run as slurmctld runs it (a
+fresh process with the job in its environment), on a 10-node emulated cluster.
+
+- fresh probes (`fresh_s = 0`): overhead = wall - sum over rounds of the longest node probe
+  of that round (from the stored run). Target <= 2 s.
+- fast path (every node passed just before): wall of the whole hook, which only reads the
+  DB (and, with in-job iostat on, starts iostat over SSH). Target <= 1 s.
+
+Process start and imports are inside the measured wall (slurmctld pays them too).
+Writes bench/results/prolog_wall.json.
+
+    .venv/bin/python bench/prolog_wall.py [--repeat 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from deploy.minicluster import Cluster, ClusterHandle
+from deploy.minicluster.slots import claim_slot
+from screener import __version__
+from screener.store import open_store
+from tests.hooked_cluster import SCREENER, write_config
+
+RESULTS = Path(__file__).resolve().parent / "results" / "prolog_wall.json"
+NODES = 10
+ALLOC = 8
+
+
+def prolog(cluster: ClusterHandle, config: Path, job_id: int) -> tuple[float, float, int, str]:
+    """(wall s, CPU s of the hook process, exit code, stderr) of one `screener prolog` for
+    job_id on node[01-08]. CPU time is reported because on this shared 2-core machine the
+    wall time mostly measures the other processes' load."""
+    env = cluster.env()
+    env.update(
+        SCREENER_CONFIG=str(config),
+        SLURM_JOB_ID=str(job_id),
+        SLURM_JOB_NODELIST=f"node[01-{ALLOC:02d}]",
+        SLURM_JOB_PARTITION="debug",
+        SLURM_JOB_NAME="ior",
+        SLURM_JOB_COMMENT="screener=on",
+    )
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.monotonic()
+    res = subprocess.run(
+        [str(SCREENER), "prolog"], env=env, capture_output=True, text=True, timeout=300
+    )
+    wall = time.monotonic() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    # stop the in-job iostat it started, as the epilog would
+    subprocess.run([str(SCREENER), "epilog"], env=env, capture_output=True, text=True, timeout=300)
+    return wall, cpu, res.returncode, res.stderr
+
+
+def longest(db: str, job_id: int) -> tuple[float, int]:
+    """Sum over rounds of the longest node probe of the prolog run of job_id; rounds."""
+    with open_store(db) as store:
+        run = next(
+            r
+            for r in store.latest_runs(50)
+            if r.job_id == str(job_id) and r.trigger.value == "prolog"
+        )
+        total, rounds = 0.0, 0
+        for rnd in (1, 2):
+            probes = store.run_probes(run.id, rnd)
+            if probes:
+                total += max(p.duration_s for p in probes)
+                rounds += 1
+    return total, rounds
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args()
+    runs_fresh: list[dict[str, Any]] = []
+    runs_fresh_iostat: list[dict[str, Any]] = []
+    runs_fast: list[dict[str, Any]] = []
+    runs_fast_noiostat: list[dict[str, Any]] = []
+    with claim_slot() as slot, tempfile.TemporaryDirectory() as tmp:
+        mc = Cluster(slot.state_dir)
+        try:
+            cluster = ClusterHandle(
+                mc, mc.up(NODES, subnet=slot.subnet, slurm_port_base=slot.slurm_port_base)
+            )
+            db = f"sqlite:///{tmp}/screener.db"
+            cfg = Path(tmp) / "screener.toml"
+            job = 1000
+            for i in range(args.repeat):
+                for iostat, sink in ((False, runs_fresh), (True, runs_fresh_iostat)):
+                    write_config(
+                        cfg,
+                        cluster,
+                        db,
+                        Path(tmp) / "log",
+                        prolog={"fresh_s": 0.0, "iostat": iostat},
+                    )
+                    job += 1
+                    wall, cpu, rc, err = prolog(cluster, cfg, job)
+                    probe_s, rounds = longest(db, job)
+                    sink.append(
+                        {
+                            "wall_s": round(wall, 3),
+                            "longest_probe_s": round(probe_s, 3),
+                            "overhead_s": round(wall - probe_s, 3),
+                            "hook_cpu_s": round(cpu, 3),
+                            "rounds": rounds,
+                            "exit": rc,
+                        }
+                    )
+                    print(
+                        f"fresh (iostat {iostat}) {i}: wall {wall:.2f}s, probes {probe_s:.2f}s, "
+                        f"overhead {wall - probe_s:.2f}s, cpu {cpu:.2f}s, rounds {rounds}",
+                        flush=True,
+                    )
+                for iostat, sink in ((True, runs_fast), (False, runs_fast_noiostat)):
+                    write_config(
+                        cfg,
+                        cluster,
+                        db,
+                        Path(tmp) / "log",
+                        prolog={"fresh_s": 3600.0, "iostat": iostat},
+                    )
+                    job += 1
+                    wall, cpu, rc, err = prolog(cluster, cfg, job)
+                    assert "fast path" in err, err
+                    sink.append({"wall_s": round(wall, 3), "hook_cpu_s": round(cpu, 3), "exit": rc})
+                    print(
+                        f"fast path (iostat {iostat}) {i}: wall {wall:.2f}s cpu {cpu:.2f}s",
+                        flush=True,
+                    )
+        finally:
+            mc.down()
+    load = os.getloadavg()
+    fresh_med = statistics.median(r["overhead_s"] for r in runs_fresh)
+    fast_med = statistics.median(r["wall_s"] for r in runs_fast_noiostat)
+    fast_io_med = statistics.median(r["wall_s"] for r in runs_fast)
+    doc = {
+        "benchmark": "prolog_wall",
+        "date": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "screener": __version__,
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "allocation": ALLOC,
+        "cluster_nodes": NODES,
+        "probe": "3 fio jobs x (0.5 s ramp + 1.5 s), 64 MiB region, QD32, direct=1",
+        "targets_s": {"fresh_overhead": 2.0, "fast_path_wall": 1.0},
+        "fresh_no_iostat": runs_fresh,
+        "fresh_with_iostat": runs_fresh_iostat,
+        "fast_path_no_iostat": runs_fast_noiostat,
+        "fast_path_with_iostat": runs_fast,
+        "load_average_at_end": [round(x, 1) for x in load],
+        "median": {
+            "fresh_hook_cpu_s": statistics.median(r["hook_cpu_s"] for r in runs_fresh),
+            "fresh_with_iostat_overhead_s": statistics.median(
+                r["overhead_s"] for r in runs_fresh_iostat
+            ),
+            "fast_path_hook_cpu_s": statistics.median(r["hook_cpu_s"] for r in runs_fast_noiostat),
+            "fresh_overhead_s": fresh_med,
+            "fast_path_wall_s": fast_med,
+            "fast_path_with_iostat_wall_s": fast_io_med,
+        },
+    }
+    RESULTS.parent.mkdir(exist_ok=True)
+    RESULTS.write_text(json.dumps(doc, indent=2) + "\n")
+    print(json.dumps(doc["median"]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

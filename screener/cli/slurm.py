@@ -1,0 +1,174 @@
+"""Slurm commands: `prolog`, `epilog` (the slurmctld hooks), `resume` (admin), `release`
+(make a requeued job eligible), `doctor` (which Slurm backend and why), `sweep`, `probe`."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import time
+from datetime import UTC, datetime
+
+from rich.console import Console
+
+from screener.cli.common import Subparsers
+from screener.errors import SlurmError
+from screener.policy import Policy, load_policy
+
+RELEASE_WAIT_S = 90.0  # how long `release` waits for Slurm to requeue the job
+RELEASE_POLL_S = 1.0
+
+
+def register(sub: Subparsers) -> None:
+    p = sub.add_parser("prolog", help="PrologSlurmctld hook: screen an opted-in job's nodes")
+    p.add_argument("--dry-run", action="store_true", help="decide and record, never drain")
+    p.set_defaults(handler=prolog)
+    e = sub.add_parser("epilog", help="EpilogSlurmctld hook: collect in-job iostat")
+    e.set_defaults(handler=epilog)
+    r = sub.add_parser("resume", help="resume nodes screener drained (reason unchanged only)")
+    r.add_argument("nodeset", help="nodes to resume, e.g. 'node[01-03]'")
+    r.add_argument("--dry-run", action="store_true", help="say what would be done")
+    r.set_defaults(handler=resume)
+    rel = sub.add_parser("release", help="make a job screener requeued eligible now")
+    rel.add_argument("job_id")
+    rel.set_defaults(handler=release)
+    sw = sub.add_parser("sweep", help="nightly sweep (inside jobs/sweep.sbatch, or --submit it)")
+    sw.add_argument("--submit", action="store_true", help="sbatch the sweep over idle nodes")
+    sw.add_argument(
+        "--script", default="/opt/screener/jobs/sweep.sbatch", help="sweep batch script"
+    )
+    sw.add_argument("--wait", action="store_true", help="with --submit: wait for the sweep")
+    sw.add_argument("--deep", action="store_true", help="SNIA-style steady-state rounds")
+    sw.add_argument("--dry-run", action="store_true", help="never drain nor resume")
+    sw.set_defaults(handler=sweep)
+    pr = sub.add_parser("probe", help="probe this node, print one JSON line (sweep step)")
+    pr.add_argument("--local", action="store_true", required=True, help="this node (required)")
+    pr.add_argument("--json", action="store_true", required=True, help="JSON output (required)")
+    pr.add_argument("--deep", action="store_true", help="rounds until steady state or the cap")
+    pr.set_defaults(handler=probe)
+    d = sub.add_parser("doctor", help="which Slurm backend is used and why; config in force")
+    d.add_argument("--json", action="store_true")
+    d.set_defaults(handler=doctor)
+
+
+def _hook_env() -> dict[str, str]:
+    return dict(os.environ)
+
+
+def _policy(args: argparse.Namespace) -> Policy:
+    """The policy in force, with --dry-run applied to [slurm] dry_run."""
+    policy = load_policy(args.config)
+    if getattr(args, "dry_run", False):
+        policy = dataclasses.replace(policy, slurm=dataclasses.replace(policy.slurm, dry_run=True))
+    return policy
+
+
+def prolog(args: argparse.Namespace, console: Console) -> int:
+    from screener.hooks.logging import HookLog
+    from screener.hooks.prolog import run_prolog
+
+    policy = _policy(args)
+    return run_prolog(policy, _hook_env(), HookLog("screener prolog", policy.prolog.log_file))
+
+
+def epilog(args: argparse.Namespace, console: Console) -> int:
+    from screener.hooks.epilog import run_epilog
+    from screener.hooks.logging import HookLog
+
+    policy = load_policy(args.config)
+    return run_epilog(policy, _hook_env(), HookLog("screener epilog", policy.prolog.log_file))
+
+
+def resume(args: argparse.Namespace, console: Console) -> int:
+    from screener import app
+    from screener.hooks.actions import resume_node
+    from screener.hooks.logging import HookLog
+    from screener.nodes import expand_nodeset
+    from screener.slurm import select_client
+    from screener.store.slurm_records import SlurmRecords
+
+    policy = load_policy(args.config)
+    names = expand_nodeset(args.nodeset)
+    client, _ = select_client(policy.slurm)
+    log = HookLog("screener resume", policy.prolog.log_file)
+    found = {n.name: n for n in client.nodes(names)}
+    missing = [n for n in names if n not in found]
+    if missing:
+        raise SlurmError(f"Slurm does not know {', '.join(missing)}")
+    with app.open_results(policy) as store:
+        records = SlurmRecords(store)
+        done = [
+            resume_node(
+                found[n],
+                client,
+                records,
+                datetime.now(UTC),
+                None,
+                "admin: screener resume",
+                args.dry_run or policy.slurm.dry_run,
+                log,
+            )
+            for n in names
+        ]
+    return 0 if all(done) or args.dry_run else 1
+
+
+def sweep(args: argparse.Namespace, console: Console) -> int:
+    from screener.hooks.logging import HookLog
+    from screener.hooks.sweep import run_sweep, submit_sweep
+
+    policy = _policy(args)
+    log = HookLog("screener sweep", policy.prolog.log_file)
+    if args.submit:
+        return submit_sweep(policy, args.script, args.wait, log)
+    return run_sweep(policy, _hook_env(), log, deep=args.deep)
+
+
+def probe(args: argparse.Namespace, console: Console) -> int:
+    from screener.hooks.local_probe import probe_here
+
+    print(probe_here(load_policy(args.config), deep=args.deep), flush=True)
+    return 0
+
+
+def release(args: argparse.Namespace, console: Console) -> int:
+    """Wait until Slurm has requeued the job (PENDING), then set its StartTime to now."""
+    from screener.slurm import select_client
+
+    client, _ = select_client(load_policy(args.config).slurm)
+    deadline = time.monotonic() + RELEASE_WAIT_S
+    while time.monotonic() < deadline:
+        job = client.job(args.job_id)
+        if job is not None and job.state == "PENDING":
+            client.release(args.job_id)
+            print(f"job {args.job_id} released (was pending: {job.reason})")
+            return 0
+        time.sleep(RELEASE_POLL_S)
+    raise SlurmError(f"job {args.job_id} was not requeued within {RELEASE_WAIT_S:g}s")
+
+
+def doctor(args: argparse.Namespace, console: Console) -> int:
+    from screener.policy import database_url
+    from screener.slurm import select_client
+    from screener.slurm.cli_backend import slurm_conf_hint
+
+    policy = load_policy(args.config)
+    try:
+        client, why = select_client(policy.slurm)
+        backend, error = client.name, ""
+    except SlurmError as exc:
+        backend, why, error = "none", str(exc), str(exc)
+    info = {
+        "config": args.config or os.environ.get("SCREENER_CONFIG") or "/etc/screener/screener.toml",
+        "slurm_backend": backend,
+        "why": why,
+        "slurm_conf": slurm_conf_hint(),
+        "database": database_url(policy).split("@")[-1],
+    }
+    if args.json:
+        print(json.dumps(info, indent=2))
+    else:
+        for k, v in info.items():
+            console.print(f"{k:14} {v}")
+    return 1 if error else 0

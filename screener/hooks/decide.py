@@ -1,0 +1,138 @@
+"""Pure rules of the Slurm side: which jobs to screen, which nodes to skip, what to drain,
+when the mass-drain guard trips, and whether a drain may be resumed."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence, Set
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from screener.model import RunSummary, Status, Verdict
+from screener.policy import PrologPolicy, SlurmPolicy
+from screener.slurm.model import SlurmJob, SlurmNode
+
+DRAINABLE = frozenset({Status.SLOW_READ, Status.SLOW_WRITE})
+
+
+def selects(job: SlurmJob, policy: PrologPolicy) -> tuple[bool, str]:
+    """Does the policy ask for this job to be screened? (yes/no, why) for the log line.
+
+    Partition list (empty = any) AND (name regex OR comment token); with neither rule
+    configured every job of the listed partitions is screened.
+    """
+    if policy.partitions and job.partition not in policy.partitions:
+        return False, f"partition {job.partition!r} not in {list(policy.partitions)}"
+    rules = []
+    if policy.job_name_regex:
+        if re.search(policy.job_name_regex, job.name):
+            return True, f"job name {job.name!r} matches {policy.job_name_regex!r}"
+        rules.append("name")
+    if policy.comment_token:
+        if policy.comment_token in re.split(r"[\s,;]+", job.comment):
+            return True, f"comment has {policy.comment_token!r}"
+        rules.append("comment")
+    if rules:
+        return False, f"job opted out ({' nor '.join(rules)} matches)"
+    return True, "every job of the partition is screened"
+
+
+def fast_path(
+    nodes: Sequence[str],
+    last_pass: Mapping[str, datetime],
+    flaky: Set[str],
+    now: datetime,
+    fresh_s: float,
+) -> tuple[list[str], list[str]]:
+    """(skip, probe): nodes that passed within ``fresh_s`` and are not flaky skip probing."""
+    skip: list[str] = []
+    probe: list[str] = []
+    for n in nodes:
+        passed = last_pass.get(n)
+        fresh = passed is not None and now - passed <= timedelta(seconds=fresh_s)
+        (skip if fresh and n not in flaky else probe).append(n)
+    return skip, probe
+
+
+def drainable(summary: RunSummary, confirm: bool) -> list[Verdict]:
+    """SLOW_READ/SLOW_WRITE verdicts (confirmed ones only when confirmation is on);
+    nothing when the run found a shared cause."""
+    if summary.shared_cause:
+        return []
+    return [v for v in summary.verdicts if v.status in DRAINABLE and (v.confirmed or not confirm)]
+
+
+def drain_reason(tag: str, v: Verdict, peer_read_mb_s: float | None, run_id: int | None) -> str:
+    """Short reason for `sinfo -R`: tag, direction, figure vs peers, run, e.g.
+    ``screener: rd 0.05x peers r42``."""
+    run = f" r{run_id}" if run_id is not None else ""
+    if v.status == Status.SLOW_WRITE:
+        figure = f"{v.write_mb_s:.0f}MB/s" if v.write_mb_s is not None else "slow"
+        return f"{tag} wr {figure}{run}"
+    if v.read_mb_s is not None and peer_read_mb_s:
+        return f"{tag} rd {_ratio(v.read_mb_s / peer_read_mb_s)}x peers{run}"
+    if v.ratio is not None and math.isfinite(v.ratio):
+        return f"{tag} rd w/r {v.ratio:.0f}x{run}"
+    return f"{tag} rd slow{run}"
+
+
+def _ratio(x: float) -> str:
+    return f"{x:.2f}" if x >= 0.01 else f"{x:.3f}"
+
+
+@dataclass(frozen=True)
+class DrainPlan:
+    """Nodes to drain with their reasons, or why the guard stopped every drain."""
+
+    drain: tuple[tuple[str, str], ...] = ()
+    guard: str | None = None
+    blocked: tuple[str, ...] = ()  # nodes the guard kept from being drained
+
+
+def plan_drains(
+    slow: Sequence[tuple[str, str]],
+    allocation: int,
+    partition: int,
+    recent_partition_drains: int,
+    policy: SlurmPolicy,
+) -> DrainPlan:
+    """Apply the mass-drain guard to ``slow`` (node, reason) pairs.
+
+    Never drain more than ``max_drain_fraction`` of the allocation, nor let the partition's
+    drains within the window exceed ``partition_max_drain_fraction``: beyond either limit
+    drain nobody (a shared cause is likelier than many bad nodes at once).
+    """
+    if not slow:
+        return DrainPlan()
+    names = tuple(n for n, _ in slow)
+    n = len(slow)
+    if allocation > 0 and n / allocation > policy.max_drain_fraction:
+        why = (
+            f"guard: {n} of {allocation} allocated nodes slow "
+            f"(> {policy.max_drain_fraction:g}): shared cause suspected, nobody drained"
+        )
+        return DrainPlan(guard=why, blocked=names)
+    total = recent_partition_drains + n
+    if partition > 0 and total / partition > policy.partition_max_drain_fraction:
+        why = (
+            f"guard: {total} of {partition} partition nodes drained within "
+            f"{policy.partition_window_s:g}s (> {policy.partition_max_drain_fraction:g}): "
+            "nobody drained"
+        )
+        return DrainPlan(guard=why, blocked=names)
+    return DrainPlan(drain=tuple(slow))
+
+
+def may_resume(node: SlurmNode, recorded: str | None) -> tuple[bool, str]:
+    """Resume only a drain screener made whose reason nobody changed since."""
+    if not node.drained:
+        return False, f"{node.name} is not drained"
+    if recorded is None:
+        return False, f"{node.name}: screener has no drain on record; not ours"
+    if node.reason != recorded:
+        return False, (
+            f"{node.name}: current reason {node.reason!r} is not screener's {recorded!r}; "
+            "left alone"
+        )
+    return True, f"{node.name}: reason is screener's own"

@@ -1,0 +1,99 @@
+"""`screener epilog`: the EpilogSlurmctld flow for in-job iostat.
+
+Stop the iostat the prolog started on each node, store the samples as a run with trigger
+"job" (one node_probes row per node: raw_iostat + samples, no fio), and open an in-job slow
+episode for nodes whose reads were outliers among the job's nodes. Never fails the job.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+
+from screener.errors import ProbeError, ScreenerError, TransportError
+from screener.hooks.decide import selects
+from screener.hooks.injob import outliers, stop_argv, summarize
+from screener.hooks.logging import HookLog
+from screener.hooks.prolog import job_from_env
+from screener.model import NodeProbe, Trigger
+from screener.nodes import fold_nodes
+from screener.policy import Policy, database_url
+from screener.probe.iostat import parse_iostat
+from screener.store import open_store
+from screener.store.slurm_records import SlurmRecords
+from screener.transport.base import Transport, make_transport
+
+NOT_STARTED = 3  # STOP_SCRIPT's exit when the prolog started nothing on the node
+
+
+def run_epilog(policy: Policy, env: dict[str, str], log: HookLog) -> int:
+    """Always 0: an epilog failure would only mark nodes, and monitoring is evidence."""
+    try:
+        job = job_from_env(env)
+    except ScreenerError as exc:
+        log(f"cannot read the job: {exc}")
+        return 0
+    ok, why = selects(job, policy.prolog)
+    if not ok or not policy.prolog.iostat:
+        log(f"job {job.job_id}: nothing to collect ({why if not ok else 'prolog.iostat off'})")
+        return 0
+    try:
+        probes = asyncio.run(_collect(policy, job.job_id, list(job.nodes)))
+    except ScreenerError as exc:
+        log(f"job {job.job_id}: cannot collect in-job iostat: {exc}")
+        return 0
+    if not any(p.iostat for p in probes):
+        log(f"job {job.job_id}: no in-job iostat on {fold_nodes(job.nodes)} (not started)")
+        return 0
+    try:
+        _store(policy, job.job_id, probes, log)
+    except ScreenerError as exc:
+        log(f"job {job.job_id}: in-job iostat not stored: {exc}")
+    return 0
+
+
+async def _collect(policy: Policy, job_id: str, nodes: list[str]) -> list[NodeProbe]:
+    transport = make_transport(policy.transport)
+    try:
+        return list(await asyncio.gather(*(_stop(transport, policy, job_id, n) for n in nodes)))
+    finally:
+        await transport.close()
+
+
+async def _stop(transport: Transport, policy: Policy, job_id: str, node: str) -> NodeProbe:
+    try:
+        res = await transport.run(
+            node, stop_argv(job_id, node), timeout=policy.transport.command_timeout_s
+        )
+    except TransportError as exc:
+        return NodeProbe(node=node, error=str(exc), error_kind=exc.kind)
+    if res.exit_status == NOT_STARTED:
+        return NodeProbe(node=node, error="no in-job iostat was started", error_kind="probe")
+    try:
+        samples = parse_iostat(res.stdout, node)
+    except ProbeError as exc:
+        return NodeProbe(node=node, error=str(exc), error_kind="probe", raw_iostat=res.stdout)
+    return NodeProbe(node=node, iostat=samples, raw_iostat=res.stdout)
+
+
+def _store(policy: Policy, job_id: str, probes: list[NodeProbe], log: HookLog) -> None:
+    url = database_url(policy)
+    now = datetime.now(UTC)
+    with open_store(url, upgrade=url.startswith("sqlite")) as store:
+        nodes = [p.node for p in probes]
+        run_id = store.start_run(
+            Trigger.JOB, nodes, policy.to_dict(), job_id, fold_nodes(nodes), now
+        )
+        for p in probes:
+            store.record_probe(run_id, p, 1)
+        figures = {p.node: f for p in probes if (f := summarize(p.node, p.iostat)) is not None}
+        slow = outliers(figures, policy.prolog.job_r_await_factor, policy.prolog.job_min_r_await_ms)
+        records = SlurmRecords(store)
+        for node, reason in sorted(slow.items()):
+            records.open_episode(node, Trigger.JOB, now, reason, run_id, job_id)
+            log(f"{node}: in-job slow episode: {reason}")
+        store.finish_run(run_id, datetime.now(UTC), "done")
+        log(
+            f"job {job_id}: in-job iostat stored as run {run_id} "
+            f"({sum(len(p.iostat) for p in probes)} samples, {len(slow)} outlier(s))"
+        )

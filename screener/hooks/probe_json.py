@@ -1,0 +1,137 @@
+"""`screener probe --local --json`: one node's probe as one JSON line, for the sweep's
+Slurm step (``srun ... screener probe --local --json``), and its inverse.
+
+Only raw outputs and facts travel; the sweep re-parses fio/iostat itself, so the figures it
+judges come from the same parsers as every other run. Deep mode adds SNIA-style rounds.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import json
+import re
+import zlib
+from collections.abc import Sequence
+from typing import Any
+
+from screener.errors import ProbeError
+from screener.model import MdStatus, NodeFacts, NodeProbe, SmartLog
+from screener.probe.fio import parse_fio
+from screener.probe.iostat import parse_iostat
+
+
+def probe_dict(p: NodeProbe) -> dict[str, Any]:
+    """What a node sends back for one round."""
+    return {
+        "node": p.node,
+        "error": p.error,
+        "error_kind": p.error_kind,
+        "duration_s": round(p.duration_s, 3),
+        "raw_fio": p.raw_fio,
+        "raw_iostat": p.raw_iostat,
+        "facts": dataclasses.asdict(p.facts) if p.facts is not None else None,
+    }
+
+
+# srun forwards task output in buffers of a few KiB: one long line from each of several
+# tasks gets cut and interleaved (seen here: 2 of 6 nodes lost). So the document travels as
+# short, self-describing lines: "screener-probe <node> <i>/<n> <base64 of zlib(JSON)>".
+CHUNK = 800
+_LINE_RE = re.compile(r"screener-probe ([A-Za-z0-9_.-]+) (\d+)/(\d+) ([A-Za-z0-9+/=]+)")
+
+
+def node_lines(node: str, rounds: Sequence[NodeProbe], steady: bool | None) -> list[str]:
+    """The node's result (every round; deep mode: several, and whether it reached steady
+    state, None outside deep mode) as short lines that survive srun's interleaving."""
+    doc = {"node": node, "steady": steady, "rounds": [probe_dict(p) for p in rounds]}
+    blob = base64.b64encode(zlib.compress(json.dumps(doc).encode(), 6)).decode()
+    parts = [blob[i : i + CHUNK] for i in range(0, len(blob), CHUNK)] or [""]
+    return [f"screener-probe {node} {i}/{len(parts)} {p}" for i, p in enumerate(parts, 1)]
+
+
+def parse_node_lines(text: str) -> dict[str, tuple[list[NodeProbe], bool | None]]:
+    """Inverse of node_lines over a whole step's output; incomplete nodes are left out."""
+    parts: dict[str, dict[int, str]] = {}
+    totals: dict[str, int] = {}
+    for line in text.splitlines():
+        m = _LINE_RE.search(line)  # search: tolerates an srun --label prefix
+        if m:
+            parts.setdefault(m.group(1), {})[int(m.group(2))] = m.group(4)
+            totals[m.group(1)] = int(m.group(3))
+    out: dict[str, tuple[list[NodeProbe], bool | None]] = {}
+    for node, got in parts.items():
+        if sorted(got) != list(range(1, totals[node] + 1)):
+            continue
+        try:
+            raw = zlib.decompress(base64.b64decode("".join(got[i] for i in sorted(got))))
+            doc = json.loads(raw)
+            rounds = [_probe(r) for r in doc["rounds"]]
+        except (ValueError, KeyError, TypeError, zlib.error):
+            continue
+        steady = doc.get("steady")
+        out[node] = (rounds, bool(steady) if steady is not None else None)
+    return out
+
+
+def _probe(d: dict[str, Any]) -> NodeProbe:
+    node = str(d["node"])
+    facts = _facts(d.get("facts"))
+    if d.get("error"):
+        return NodeProbe(
+            node=node,
+            error=str(d["error"]),
+            error_kind=str(d.get("error_kind") or "probe"),
+            facts=facts,
+            duration_s=float(d.get("duration_s") or 0),
+        )
+    try:
+        run = parse_fio(str(d["raw_fio"]), node)
+        samples = parse_iostat(d["raw_iostat"], node) if d.get("raw_iostat") else ()
+    except ProbeError as exc:
+        return NodeProbe(node=node, error=str(exc), error_kind="probe")
+    return NodeProbe(
+        node=node,
+        seq_write=run.job("seq_write"),
+        seq_read=run.job("seq_read"),
+        rand_read=run.job("rand_read"),
+        fio_version=run.fio_version,
+        iostat=samples,
+        facts=facts,
+        duration_s=float(d.get("duration_s") or 0),
+        raw_fio=str(d["raw_fio"]),
+        raw_iostat=str(d.get("raw_iostat") or ""),
+    )
+
+
+def _facts(d: Any) -> NodeFacts | None:
+    if not isinstance(d, dict):
+        return None
+    smart = SmartLog(**d["smart"]) if isinstance(d.get("smart"), dict) else None
+    md = None
+    if isinstance(d.get("md"), dict):
+        md = MdStatus(**{k: tuple(v) for k, v in d["md"].items()})
+    rest = {k: v for k, v in d.items() if k not in ("smart", "md")}
+    return NodeFacts(**rest, smart=smart, md=md)
+
+
+def steady_state(
+    values: Sequence[float], window: int, max_excursion: float, max_slope: float
+) -> bool:
+    """SNIA PTS steady state (seed 002) over the last ``window`` rounds: the range is within
+    ``max_excursion`` of their mean, and the least-squares line's rise across the window
+    (|slope| x (window - 1)) is within ``max_slope`` of that mean."""
+    if len(values) < window:
+        return False
+    last = list(values[-window:])
+    mean = sum(last) / window
+    if mean <= 0:
+        return False
+    if max(last) - min(last) > max_excursion * mean:
+        return False
+    xs = range(window)
+    xm = (window - 1) / 2
+    slope = sum((x - xm) * (y - mean) for x, y in zip(xs, last, strict=True)) / sum(
+        (x - xm) ** 2 for x in xs
+    )
+    return abs(slope) * (window - 1) <= max_slope * mean

@@ -1,0 +1,194 @@
+"""Store reads/writes for the Slurm side: drain/resume events, slow episodes, fast-path and
+sweep counters. Kept apart from store.py; works on any Store (SQLite or PostgreSQL)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from sqlalchemy import insert, or_, select, update
+
+from screener.model import Status, Trigger
+from screener.store import convert
+from screener.store.models import (
+    EpisodeRecord,
+    EventRecord,
+    NodeRecord,
+    RunRecord,
+    VerdictRecord,
+)
+from screener.store.store import Store, _aware, _ensure_nodes
+
+
+class SlurmRecords:
+    """What the prolog, epilog, sweep and `screener resume` need from the results DB."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    # ---- episodes ----------------------------------------------------------------------
+    def open_episode(
+        self,
+        node: str,
+        trigger: Trigger,
+        at: datetime,
+        reason: str,
+        run_id: int | None = None,
+        job_id: str | None = None,
+    ) -> bool:
+        """Start a slow episode for ``node`` unless one is open; True when one was started."""
+        name = convert.node_name(node)
+        when = _aware(at, "at")
+        with self.store._write(f"open a slow episode of {name}") as conn:
+            node_id = _ensure_nodes(conn, [name], when, touch=False)[name]
+            open_id = conn.scalar(
+                select(EpisodeRecord.id).where(
+                    EpisodeRecord.node_id == node_id, EpisodeRecord.ended_at.is_(None)
+                )
+            )
+            if open_id is not None:
+                return False
+            conn.execute(
+                insert(EpisodeRecord).values(
+                    node_id=node_id,
+                    trigger=Trigger(trigger).value,
+                    started_at=when,
+                    start_run_id=run_id,
+                    job_id=job_id,
+                    reason=reason[:500],
+                )
+            )
+            return True
+
+    def close_episodes(self, nodes: Sequence[str], at: datetime, run_id: int | None) -> list[str]:
+        """End the open episode of each of ``nodes`` (they passed); returns the nodes closed."""
+        names = [convert.node_name(n) for n in nodes]
+        when = _aware(at, "at")
+        if not names:
+            return []
+        with self.store._write("close slow episodes") as conn:
+            rows = conn.execute(
+                select(EpisodeRecord.id, NodeRecord.name)
+                .join(NodeRecord, NodeRecord.id == EpisodeRecord.node_id)
+                .where(NodeRecord.name.in_(names), EpisodeRecord.ended_at.is_(None))
+            ).all()
+            if rows:
+                conn.execute(
+                    update(EpisodeRecord)
+                    .where(EpisodeRecord.id.in_([r.id for r in rows]))
+                    .values(ended_at=when, end_run_id=run_id)
+                )
+        return sorted({r.name for r in rows})
+
+    def episodes(self, node: str) -> list[tuple[str, datetime, datetime | None, str | None]]:
+        """(trigger, started_at, ended_at, job_id) of the node's episodes, oldest first."""
+        with self.store._read(f"read episodes of {node}") as conn:
+            rows = conn.execute(
+                select(
+                    EpisodeRecord.trigger,
+                    EpisodeRecord.started_at,
+                    EpisodeRecord.ended_at,
+                    EpisodeRecord.job_id,
+                )
+                .join(NodeRecord, NodeRecord.id == EpisodeRecord.node_id)
+                .where(NodeRecord.name == node)
+                .order_by(EpisodeRecord.started_at, EpisodeRecord.id)
+            ).all()
+            return [(r.trigger, r.started_at, r.ended_at, r.job_id) for r in rows]
+
+    def flaky_since(self, nodes: Sequence[str], since: datetime) -> set[str]:
+        """Nodes with a slow episode open now or started/ended at or after ``since``."""
+        if not nodes:
+            return set()
+        with self.store._read("read recent slow episodes") as conn:
+            rows = conn.execute(
+                select(NodeRecord.name)
+                .join(EpisodeRecord, NodeRecord.id == EpisodeRecord.node_id)
+                .where(
+                    NodeRecord.name.in_(list(nodes)),
+                    or_(
+                        EpisodeRecord.ended_at.is_(None),
+                        EpisodeRecord.ended_at >= since,
+                        EpisodeRecord.started_at >= since,
+                    ),
+                )
+            ).all()
+        return {r.name for r in rows}
+
+    # ---- verdict-derived counters --------------------------------------------------------
+    def last_pass(self, nodes: Sequence[str]) -> dict[str, datetime]:
+        """Start time of each node's latest run when that latest verdict is OK (else absent)."""
+        out: dict[str, datetime] = {}
+        if not nodes:
+            return out
+        with self.store._read("read the latest verdicts") as conn:
+            rows = conn.execute(
+                select(NodeRecord.name, VerdictRecord.status, VerdictRecord.started_at)
+                .join(NodeRecord, NodeRecord.id == VerdictRecord.node_id)
+                .where(NodeRecord.name.in_(list(nodes)))
+                .order_by(NodeRecord.name, VerdictRecord.started_at.desc(), VerdictRecord.id.desc())
+            ).all()
+        seen: set[str] = set()
+        for r in rows:
+            if r.name in seen:
+                continue
+            seen.add(r.name)
+            if r.status == Status.OK.value:
+                out[r.name] = r.started_at
+        return out
+
+    def sweep_passes(self, node: str, limit: int = 100) -> int:
+        """Consecutive OK verdicts of ``node`` in sweep runs, newest first."""
+        with self.store._read(f"read sweep verdicts of {node}") as conn:
+            statuses = conn.scalars(
+                select(VerdictRecord.status)
+                .join(NodeRecord, NodeRecord.id == VerdictRecord.node_id)
+                .join(RunRecord, RunRecord.id == VerdictRecord.run_id)
+                .where(NodeRecord.name == node, RunRecord.trigger == Trigger.SWEEP.value)
+                .order_by(VerdictRecord.started_at.desc(), VerdictRecord.id.desc())
+                .limit(limit)
+            ).all()
+        count = 0
+        for s in statuses:
+            if s != Status.OK.value:
+                break
+            count += 1
+        return count
+
+    # ---- drains and resumes ----------------------------------------------------------------
+    def screener_reason(self, node: str) -> str | None:
+        """The reason screener set in its latest drain of ``node``, unless it resumed since."""
+        with self.store._read(f"read drain events of {node}") as conn:
+            row = conn.execute(
+                select(EventRecord.action, EventRecord.slurm_reason)
+                .join(NodeRecord, NodeRecord.id == EventRecord.node_id)
+                .where(NodeRecord.name == node, EventRecord.action.in_(["drain", "resume"]))
+                .order_by(EventRecord.at.desc(), EventRecord.id.desc())
+                .limit(1)
+            ).first()
+        if row is None or row.action != "drain":
+            return None
+        return str(row.slurm_reason) if row.slurm_reason else None
+
+    def drains_since(self, nodes: Sequence[str], since: datetime) -> set[str]:
+        """Which of ``nodes`` screener drained at or after ``since`` (partition guard)."""
+        if not nodes:
+            return set()
+        with self.store._read("read recent drains") as conn:
+            rows = conn.execute(
+                select(NodeRecord.name)
+                .join(EventRecord, NodeRecord.id == EventRecord.node_id)
+                .where(
+                    NodeRecord.name.in_(list(nodes)),
+                    EventRecord.action == "drain",
+                    EventRecord.at >= since,
+                )
+            ).all()
+        return {r.name for r in rows}
+
+    def set_guard_reason(self, run_id: int, reason: str) -> None:
+        """Mark a run whose drains the mass-drain guard stopped."""
+        with self.store._write(f"record the guard of run {run_id}") as conn:
+            conn.execute(
+                update(RunRecord).where(RunRecord.id == run_id).values(guard_reason=reason[:500])
+            )

@@ -1,0 +1,128 @@
+"""A cluster whose slurmctld runs screener's PrologSlurmctld/EpilogSlurmctld (jobs/), for the
+prolog, epilog and sweep tests; plus helpers to submit jobs and wait for them."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from deploy.minicluster import Cluster, ClusterHandle
+from deploy.minicluster.slots import claim_slot
+
+REPO = Path(__file__).resolve().parents[1]
+SCREENER = REPO / ".venv" / "bin" / "screener"
+
+
+def hook_script(directory: Path, hook: str, config: Path) -> Path:
+    """A site wrapper as docs/slurm.md describes: sets SCREENER_CONFIG/BIN, runs jobs/<hook>."""
+    path = directory / f"{hook}.sh"
+    path.write_text(
+        "#!/bin/sh\n"
+        f"SCREENER_CONFIG={config}\nexport SCREENER_CONFIG\n"
+        f"SCREENER_BIN={SCREENER}\nexport SCREENER_BIN\n"
+        f"exec {REPO / 'jobs' / hook}\n"
+    )
+    path.chmod(0o755)
+    return path
+
+
+def hooked_cluster(directory: Path, config: Path, nodes: int = 6) -> Iterator[ClusterHandle]:
+    """Bring up a cluster in a free slot with screener's hooks; down at the end."""
+    prolog = hook_script(directory, "prolog-slurmctld", config)
+    epilog = hook_script(directory, "epilog-slurmctld", config)
+    with claim_slot() as slot:
+        mc = Cluster(slot.state_dir)
+        try:
+            info = mc.up(
+                nodes,
+                subnet=slot.subnet,
+                slurm_port_base=slot.slurm_port_base,
+                prolog=str(prolog),
+                epilog=str(epilog),
+                nested_loop=True,  # slow reads show in each node's own iostat
+            )
+            yield ClusterHandle(mc, info)
+        finally:
+            mc.down()
+
+
+def write_config(path: Path, cluster: ClusterHandle, db: str, log: Path, **sections: Any) -> None:
+    """A policy for the emulated nodes: short probes, the cluster's SSH files, test knobs."""
+    base: dict[str, dict[str, Any]] = {
+        "probe": {"target": cluster.scratch, "size_mib": 64, "runtime_s": 1.5, "ramp_s": 0.5},
+        "transport": {
+            "ssh_config": str(cluster.ssh_config),
+            "known_hosts": str(cluster.known_hosts),
+            "connect_timeout_s": 5.0,
+            "command_timeout_s": 60.0,
+        },
+        "store": {"url": db},
+        "prolog": {"log_file": str(log), "budget_s": 120.0, "iostat_interval_s": 1},
+        "slurm": {"partition_max_drain_fraction": 0.5},
+    }
+    for name, values in sections.items():
+        base.setdefault(name, {}).update(values)
+    lines = []
+    for name, values in base.items():
+        lines.append(f"[{name}]")
+        lines += [f"{k} = {json.dumps(v)}" for k, v in values.items()]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def sbatch(cluster: ClusterHandle, *args: str) -> str:
+    """Submit a batch job; its id."""
+    out = cluster.slurm("sbatch", "--parsable", *args).stdout.strip()
+    return out.split(";")[0]
+
+
+def job_state(cluster: ClusterHandle, job_id: str) -> dict[str, Any]:
+    """The job's squeue --json record (the controller keeps finished jobs for MinJobAge)."""
+    data = json.loads(cluster.slurm("squeue", "--json").stdout)
+    for job in data["jobs"]:
+        if str(job["job_id"]) == job_id:
+            return dict(job)
+    raise AssertionError(f"job {job_id} unknown to Slurm")
+
+
+def wait_job(cluster: ClusterHandle, job_id: str, timeout: float = 240.0) -> dict[str, Any]:
+    """Poll until the job has finished (COMPLETED/FAILED/CANCELLED...); its last record."""
+    deadline = time.monotonic() + timeout
+    job: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        job = job_state(cluster, job_id)
+        if job["job_state"] not in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING"):
+            return job
+        time.sleep(1.0)
+    raise AssertionError(f"job {job_id} did not finish in {timeout:g}s: {job.get('job_state')}")
+
+
+def sinfo_nodes(cluster: ClusterHandle) -> dict[str, dict[str, Any]]:
+    data = json.loads(cluster.slurm("sinfo", "--json").stdout)
+    return {n["name"]: n for n in data["nodes"]}
+
+
+def run_screener(
+    cluster: ClusterHandle,
+    config: Path,
+    *args: str,
+    cwd: Path | None = None,
+    extra_env: dict[str, str] | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """`screener ARGS` against the cluster with ``config`` (and SCREENER_BIN for sbatch)."""
+    env = cluster.env()
+    env.update(extra_env or {})
+    env["SCREENER_CONFIG"] = str(config)
+    env["SCREENER_BIN"] = str(SCREENER)
+    return subprocess.run(
+        [str(SCREENER), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        check=False,
+        cwd=cwd,
+    )

@@ -1,0 +1,195 @@
+"""The PrologSlurmctld hook on the emulated cluster: real slurmctld/slurmd, sshd and fio.
+
+Jobs are submitted with sbatch; slurmctld runs jobs/prolog-slurmctld (through a site
+wrapper that sets SCREENER_CONFIG), which screens, drains and makes Slurm requeue the job.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from deploy.minicluster import ClusterHandle
+from screener.store import open_store
+from screener.store.slurm_records import SlurmRecords
+from tests.hooked_cluster import (
+    hooked_cluster,
+    job_state,
+    sbatch,
+    sinfo_nodes,
+    wait_job,
+    write_config,
+)
+
+pytestmark = pytest.mark.cluster
+
+SLOW = "20M"
+
+
+@pytest.fixture(scope="module")
+def hooked(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ClusterHandle, Path]]:
+    d = tmp_path_factory.mktemp("hooked")
+    config = d / "screener.toml"
+    config.write_text("")
+    for handle in hooked_cluster(d, config):
+        yield handle, d
+
+
+@pytest.fixture()
+def site(hooked: tuple[ClusterHandle, Path], tmp_path: Path) -> Iterator[dict[str, Any]]:
+    """A fresh DB and log per test; the cluster healed and idle afterwards."""
+    cluster, d = hooked
+    info = {
+        "cluster": cluster,
+        "config": d / "screener.toml",
+        "db": f"sqlite:///{tmp_path}/screener.db",
+        "log": tmp_path / "prolog.log",
+        "out": tmp_path,
+    }
+    write_config(info["config"], cluster, info["db"], info["log"])
+    yield info
+    cluster.reset()
+
+
+def _hosts_job(site: dict[str, Any], nodes: int, *extra: str) -> str:
+    out = site["out"] / "hosts-%j.txt"
+    return sbatch(
+        site["cluster"], "-N", str(nodes), "-o", str(out), *extra, "--wrap", "srun hostname"
+    )
+
+
+def _ran_on(site: dict[str, Any], job_id: str) -> set[str]:
+    return set((site["out"] / f"hosts-{job_id}.txt").read_text().split())
+
+
+def test_slow_node_drained_job_requeued_onto_healthy_nodes(site: dict[str, Any]) -> None:
+    cluster = site["cluster"]
+    slow = cluster.nodes[0]  # select/linear allocates the lowest idle nodes first
+    cluster.inject(slow, "slow_read", SLOW)
+    job_id = _hosts_job(site, 3, "--comment", "screener=on")
+    job = wait_job(cluster, job_id)
+    log = site["log"].read_text()
+    assert job["job_state"] == "COMPLETED", log
+    assert job["restart_cnt"] >= 1, log  # requeued by the failing prolog
+    ran = _ran_on(site, job_id)
+    assert len(ran) == 3 and slow not in ran, (ran, log)
+    node = sinfo_nodes(cluster)[slow]
+    assert "DRAIN" in node["state_flags"], node
+    reason = node["reason"]
+    assert reason.startswith("screener: rd ") and ("peers" in reason or "w/r" in reason), reason
+    with open_store(site["db"]) as store:
+        events = store.node_events(slow)
+        assert [e.action for e in events] == ["drain"]
+        assert events[0].slurm_reason == reason  # the exact string Slurm shows
+        assert SlurmRecords(store).screener_reason(slow) == reason
+        eps = SlurmRecords(store).episodes(slow)
+        assert [(e[0], e[2], e[3]) for e in eps] == [("prolog", None, job_id)]
+    assert f"job {job_id}: exit 1 so Slurm requeues it" in log
+
+
+def test_opted_out_job_is_not_screened(site: dict[str, Any]) -> None:
+    cluster = site["cluster"]
+    cluster.inject(cluster.nodes[0], "slow_read", SLOW)
+    job_id = _hosts_job(site, 2)  # no screener=on comment
+    job = wait_job(cluster, job_id)
+    assert job["job_state"] == "COMPLETED" and job["restart_cnt"] == 0
+    assert cluster.nodes[0] in _ran_on(site, job_id)
+    assert f"job {job_id}: not screened: job opted out" in site["log"].read_text()
+    assert not (site["out"] / "screener.db").exists()  # an opted-out job never opens the DB
+
+
+def test_guard_trips_when_half_the_allocation_is_slow(site: dict[str, Any]) -> None:
+    cluster = site["cluster"]
+    write_config(
+        site["config"],
+        cluster,
+        site["db"],
+        site["log"],
+        verdict={"shared_cause_fraction": 0.9},
+        slurm={"partition_max_drain_fraction": 1.0},
+    )
+    slow = cluster.nodes[:2]
+    for n in slow:
+        cluster.inject(n, "slow_read", SLOW)
+    job_id = _hosts_job(site, 4, "--comment", "screener=on")
+    job = wait_job(cluster, job_id)
+    log = site["log"].read_text()
+    assert job["job_state"] == "COMPLETED" and job["restart_cnt"] == 0, log
+    states = sinfo_nodes(cluster)
+    assert all("DRAIN" not in states[n]["state_flags"] for n in cluster.nodes), log
+    assert "guard: 2 of 4 allocated nodes slow" in log
+    with open_store(site["db"]) as store:
+        for n in slow:
+            assert [e.action for e in store.node_events(n)] == ["guard_trip"]
+        run = store.latest_runs(1)[0]
+        assert run.job_id == job_id
+
+
+def test_unreachable_database_fails_open(site: dict[str, Any]) -> None:
+    cluster = site["cluster"]
+    write_config(site["config"], cluster, "postgresql://screener@127.0.0.1:9/none", site["log"])
+    job_id = _hosts_job(site, 2, "--comment", "screener=on")
+    job = wait_job(cluster, job_id)
+    log = site["log"].read_text()
+    assert job["job_state"] == "COMPLETED" and job["restart_cnt"] == 0, log
+    assert f"job {job_id}: cannot connect to database" in log
+    assert "fail open: job runs unscreened" in log
+    assert job_state(cluster, job_id)["nodes"]
+
+
+def _wait_for(what: str, check: Any, timeout: float = 120.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = check()
+        if got:
+            return got
+        time.sleep(0.5)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _job_run(db: str, job_id: str) -> Any:
+    with open_store(db) as store:
+        return next(
+            (r for r in store.latest_runs(20) if r.trigger.value == "job" and r.job_id == job_id),
+            None,
+        )
+
+
+def test_in_job_iostat_stored_and_node_slowed_mid_job_gets_episode(site: dict[str, Any]) -> None:
+    cluster = site["cluster"]
+    nodes = cluster.nodes[:3]
+    reader = (
+        "fio --name=job --filename=/scratch/job.dat --size=64M --rw=read --bs=1M --direct=1"
+        " --ioengine=libaio --iodepth=8 --runtime=15 --time_based --output=/dev/null"
+    )
+    job_id = sbatch(
+        cluster,
+        "-N",
+        "3",
+        "--comment",
+        "screener=on",
+        "-o",
+        str(site["out"] / "job-%j.txt"),
+        "--wrap",
+        f"srun sh -c '{reader}'",
+    )
+    _wait_for("the job to run", lambda: job_state(cluster, job_id)["job_state"] == "RUNNING")
+    cluster.inject(nodes[0], "slow_read", SLOW)  # slowed mid-job
+    job = wait_job(cluster, job_id)
+    assert job["job_state"] == "COMPLETED", site["log"].read_text()
+    run = _wait_for("the epilog to store in-job iostat", lambda: _job_run(site["db"], job_id))
+    with open_store(site["db"]) as store:
+        probes = {p.node: p for p in store.run_probes(run.id)}
+        assert set(probes) == set(nodes)
+        for p in probes.values():  # samples per node, of that node's /scratch device only
+            assert len(p.iostat) >= 5 and len({s.device for s in p.iostat}) == 1, p.node
+        slow_await = max(s.r_await_ms for s in probes[nodes[0]].iostat)
+        assert slow_await > 100, slow_await
+        records = SlurmRecords(store)
+        assert [(e[0], e[3]) for e in records.episodes(nodes[0])] == [("job", job_id)]
+        assert records.episodes(nodes[1]) == [] and records.episodes(nodes[2]) == []
+    assert f"{nodes[0]}: in-job slow episode" in site["log"].read_text()

@@ -1,0 +1,224 @@
+"""Pure rules of the Slurm side: job selection, fast path, drain reasons, the mass-drain
+guard, the resume rule, in-job outliers, deep-mode steady state, the sweep's step lines."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from screener.hooks.decide import (
+    drain_reason,
+    drainable,
+    fast_path,
+    may_resume,
+    plan_drains,
+    selects,
+)
+from screener.hooks.injob import NodeJobIo, outliers, start_argv, stop_argv, summarize
+from screener.hooks.probe_json import node_lines, parse_node_lines, steady_state
+from screener.hooks.sweep import idle_nodes, srun_probe_argv, step_results
+from screener.model import IostatSample, NodeProbe, RunSummary, Status, Verdict
+from screener.policy import PrologPolicy, SlurmPolicy
+from screener.probe.fio import parse_fio
+from screener.slurm.model import SlurmJob, SlurmNode
+from screener.slurm.parse import parse_sinfo
+
+NOW = datetime(2026, 11, 22, 5, 0, tzinfo=UTC)
+FIO = Path(__file__).parent / "data" / "probe" / "fio"
+
+
+def _job(**kw: str) -> SlurmJob:
+    return SlurmJob(job_id="7", nodes=("n1", "n2"), **kw)
+
+
+@pytest.mark.parametrize(
+    ("job", "policy", "selected"),
+    [
+        (_job(comment="screener=on"), PrologPolicy(), True),
+        (_job(comment="x,screener=on y"), PrologPolicy(), True),
+        (_job(comment="screener=onx"), PrologPolicy(), False),
+        (_job(name="ior-large"), PrologPolicy(job_name_regex="ior|benchfs"), True),
+        (_job(name="vasp"), PrologPolicy(job_name_regex="ior|benchfs"), False),
+        (_job(comment="screener=on", partition="gpu"), PrologPolicy(partitions=("io",)), False),
+        (_job(partition="io"), PrologPolicy(partitions=("io",), comment_token=""), True),
+    ],
+)
+def test_selects(job: SlurmJob, policy: PrologPolicy, selected: bool) -> None:
+    assert selects(job, policy)[0] is selected
+
+
+def test_fast_path_skips_fresh_passes_but_never_flaky_nodes() -> None:
+    last = {"n1": NOW - timedelta(minutes=5), "n2": NOW - timedelta(hours=3), "n3": NOW}
+    skip, probe = fast_path(["n1", "n2", "n3", "n4"], last, {"n3"}, NOW, 3600)
+    assert skip == ["n1"] and probe == ["n2", "n3", "n4"]
+
+
+def _v(node: str, status: Status, **kw: object) -> Verdict:
+    return Verdict(node=node, status=status, reason="r", **kw)  # type: ignore[arg-type]
+
+
+def test_drainable_needs_confirmation_and_no_shared_cause() -> None:
+    vs = (
+        _v("a", Status.SLOW_READ, confirmed=True),
+        _v("b", Status.SLOW_READ),
+        _v("c", Status.UNKNOWN),
+        _v("d", Status.DEGRADED, confirmed=True),
+    )
+    assert [v.node for v in drainable(RunSummary(vs), confirm=True)] == ["a"]
+    assert [v.node for v in drainable(RunSummary(vs), confirm=False)] == ["a", "b"]
+    assert drainable(RunSummary(vs, shared_cause=True), confirm=True) == []
+
+
+def test_drain_reason_is_short_tagged_and_safe() -> None:
+    v = _v("a", Status.SLOW_READ, read_mb_s=20.0, ratio=300.0)
+    assert drain_reason("screener:", v, 400.0, 42) == "screener: rd 0.05x peers r42"
+    assert drain_reason("screener:", v, None, 42) == "screener: rd w/r 300x r42"
+    w = _v("a", Status.SLOW_WRITE, write_mb_s=12.4)
+    assert drain_reason("screener:", w, 400.0, 7) == "screener: wr 12MB/s r7"
+
+
+def test_guard_allocation_and_partition_limits() -> None:
+    pol = SlurmPolicy(max_drain_fraction=0.34, partition_max_drain_fraction=0.2)
+    one = [("n1", "screener: rd")]
+    assert plan_drains(one, 4, 100, 0, pol).drain == (("n1", "screener: rd"),)
+    two = [("n1", "x"), ("n2", "y")]
+    tripped = plan_drains(two, 4, 100, 0, pol)
+    assert tripped.drain == () and tripped.blocked == ("n1", "n2")
+    assert tripped.guard is not None and "2 of 4 allocated" in tripped.guard
+    busy = plan_drains(one, 8, 10, 2, pol)  # 3 of 10 within the window > 0.2
+    assert busy.drain == () and busy.guard is not None and "partition" in busy.guard
+    assert plan_drains([], 4, 10, 9, pol).guard is None
+
+
+@pytest.mark.parametrize(
+    ("reason", "recorded", "ok"),
+    [
+        ("screener: rd 0.05x peers r1", "screener: rd 0.05x peers r1", True),
+        ("RMA ticket", "screener: rd 0.05x peers r1", False),  # admin rewrote it
+        ("admin: bios", None, False),  # an admin's drain
+    ],
+)
+def test_may_resume_only_unchanged_screener_reason(
+    reason: str, recorded: str | None, ok: bool
+) -> None:
+    node = SlurmNode("n1", frozenset({"IDLE", "DRAIN"}), reason)
+    assert may_resume(node, recorded)[0] is ok
+
+
+def test_may_resume_refuses_a_node_that_is_not_drained() -> None:
+    node = SlurmNode("n1", frozenset({"IDLE"}), "")
+    assert may_resume(node, "screener: x")[0] is False
+
+
+def _io(r_await: float, r_s: float = 100.0) -> IostatSample:
+    return IostatSample("loop1", "", r_s, 20000.0, 0.0, 0.0, r_await, 0.0, 1.0, 50.0)
+
+
+def test_in_job_outlier_by_read_latency() -> None:
+    figs = {
+        n: f
+        for n, samples in {
+            "n1": [_io(800), _io(900), _io(0, r_s=0)],
+            "n2": [_io(0.4), _io(0.5)],
+            "n3": [_io(0.6)],
+        }.items()
+        if (f := summarize(n, samples)) is not None
+    }
+    assert figs["n1"].r_await_ms == 850 and figs["n1"].samples == 2
+    got = outliers(figs, factor=4.0, floor_ms=50.0)
+    assert list(got) == ["n1"] and "850ms" in got["n1"]
+    assert summarize("n4", [_io(5, r_s=0)]) is None
+    two = {k: figs[k] for k in ("n1", "n2")}
+    assert outliers(two, 4.0, 50.0) == {}  # no median of two
+
+
+def test_in_job_outlier_floor_keeps_quiet_jobs_quiet() -> None:
+    figs = {n: NodeJobIo(n, ms, 1.0, 1.0, 3) for n, ms in (("a", 0.1), ("b", 0.1), ("c", 2.0))}
+    assert outliers(figs, 4.0, 50.0) == {}
+
+
+def test_iostat_start_stop_argv_carry_only_validated_values() -> None:
+    argv = start_argv("42", "node01", 5, 3600, ["loop1"])
+    assert argv[:4] == ["setsid", "-f", "sh", "-c"]
+    assert argv[5:9] == [
+        "screener-iostat",
+        "/tmp/screener-iostat-42-node01.pid",
+        "/tmp/screener-iostat-42-node01.json",
+        "3600",
+    ]
+    assert "iostat" in argv and argv[-3:] == ["loop1", "5", "720"]  # 3600 s / 5 s reports
+    assert stop_argv("42", "node01")[-2:] == [
+        "/tmp/screener-iostat-42-node01.pid",
+        "/tmp/screener-iostat-42-node01.json",
+    ]
+    with pytest.raises(Exception, match="invalid"):
+        start_argv("42;x", "node01", 5, 60, [])
+
+
+@pytest.mark.parametrize(
+    ("values", "steady"),
+    [
+        ([100, 101, 99, 100, 100], True),
+        ([50, 100, 101, 99, 100, 100], True),  # only the last window counts
+        ([100, 100, 100, 100], False),  # window not full
+        ([80, 90, 100, 110, 120], False),  # excursion 40%
+        ([100, 103, 106, 109, 112], False),  # excursion ok (11.6%) but a clear trend
+        ([100, 130, 100, 100, 100], False),
+    ],
+)
+def test_steady_state(values: list[float], steady: bool) -> None:
+    assert steady_state(values, 5, 0.2, 0.1) is steady
+
+
+def _fio_probe(node: str) -> NodeProbe:
+    raw = (FIO / "fio-3.33_loop_ok.json").read_text()
+    run = parse_fio(raw, node)
+    return NodeProbe(
+        node=node,
+        seq_write=run.job("seq_write"),
+        seq_read=run.job("seq_read"),
+        rand_read=run.job("rand_read"),
+        fio_version=run.fio_version,
+        raw_fio=raw,
+        duration_s=4.2,
+    )
+
+
+def test_step_lines_round_trip_even_interleaved() -> None:
+    a = node_lines("n1", [_fio_probe("n1"), _fio_probe("n1")], True)
+    b = node_lines("n2", [NodeProbe(node="n2", error="n2: fio missing", error_kind="probe")], None)
+    assert len(a) > 1 and all(len(line) < 1000 for line in a)
+    mixed = [f"{i}: {line}" for i, line in enumerate(a)]  # srun --label style
+    mixed.insert(1, b[0])
+    got = parse_node_lines("\n".join(["srun: noise", *mixed]))
+    rounds, steady = got["n1"]
+    assert steady is True and len(rounds) == 2
+    assert rounds[0].ok and rounds[0].seq_read == _fio_probe("n1").seq_read
+    assert got["n2"][0][0].error == "n2: fio missing"
+
+
+def test_step_results_missing_or_truncated_node_is_unknown() -> None:
+    lines = node_lines("n1", [_fio_probe("n1")], None)
+    out = step_results("\n".join(lines[:-1]), ["n1", "n2"])  # n1 lost its last chunk
+    assert all(not rs[0].ok and rs[0].error for rs in out.values())
+
+
+def test_srun_argv_one_task_per_node() -> None:
+    argv = srun_probe_argv(["node02", "node01"], deep=True)
+    assert argv[:5] == [
+        "srun",
+        "--nodes=2",
+        "--nodelist=node[01-02]",
+        "--ntasks-per-node=1",
+        "--kill-on-bad-exit=0",
+    ]
+    assert argv[-4:] == ["probe", "--local", "--json", "--deep"]
+
+
+def test_idle_nodes_for_the_sweep_job() -> None:
+    text = (Path(__file__).parent / "data" / "slurm" / "sinfo_22.05_allocated.json").read_text()
+    nodes = parse_sinfo(text)
+    assert idle_nodes(nodes, "") == ["node01"]  # node02 drained, node03/04 allocated
+    assert idle_nodes(nodes, "other") == []

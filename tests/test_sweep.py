@@ -1,0 +1,106 @@
+"""The nightly sweep on the emulated cluster: a real sbatch job holds the idle nodes, one
+Slurm step probes each of them, screener-drained nodes are probed over SSH and resumed
+after K passing sweeps."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from screener.store import open_store
+from screener.store.slurm_records import SlurmRecords
+from tests.hooked_cluster import REPO, run_screener, sinfo_nodes, write_config
+
+pytestmark = pytest.mark.cluster
+
+
+def _sweep(cluster: Any, config: Path, out: Path) -> str:
+    res = run_screener(
+        cluster,
+        config,
+        "sweep",
+        "--submit",
+        "--wait",
+        "--script",
+        str(REPO / "jobs" / "sweep.sbatch"),
+        cwd=out,
+    )
+    logs = "".join(p.read_text() for p in sorted(out.glob("slurm-*.out")))
+    assert res.returncode == 0, res.stderr + logs
+    return res.stderr + logs
+
+
+def test_sweep_drains_slow_node_then_resumes_it_after_k_passes(
+    cluster: Any, tmp_path: Path
+) -> None:
+    config = tmp_path / "screener.toml"
+    db = f"sqlite:///{tmp_path}/screener.db"
+    write_config(config, cluster, db, tmp_path / "log", sweep={"resume_after": 2})
+    slow = cluster.nodes[0]
+    cluster.inject(slow, "slow_read", "20M")
+
+    log = _sweep(cluster, config, tmp_path)
+    node = sinfo_nodes(cluster)[slow]
+    assert "DRAIN" in node["state_flags"] and node["reason"].startswith("screener: rd"), log
+    assert "holds " in log and f"drained {slow}" in log
+    with open_store(db) as store:
+        run = store.latest_runs(1)[0]
+        assert run.trigger.value == "sweep" and run.node_count == len(cluster.nodes)
+        assert run.n_slow == 1 and run.n_ok == len(cluster.nodes) - 1
+        # every held node was probed by the Slurm step on the node itself
+        probes = store.run_probes(run.id)
+        assert {p.node for p in probes if p.ok} == set(cluster.nodes)
+        assert [e[0] for e in SlurmRecords(store).episodes(slow)] == ["sweep"]
+
+    cluster.heal(slow)
+    log = _sweep(cluster, config, tmp_path)
+    assert f"screener-drained idle nodes probed over SSH: {slow}" in log
+    assert f"{slow}: passed 1 of 2 sweeps; stays drained" in log
+    assert "DRAIN" in sinfo_nodes(cluster)[slow]["state_flags"]
+
+    log = _sweep(cluster, config, tmp_path)
+    assert f"resumed {slow}: passed 2 consecutive sweeps" in log
+    assert "DRAIN" not in sinfo_nodes(cluster)[slow]["state_flags"]
+    with open_store(db) as store:
+        assert [e.action for e in store.node_events(slow)] == ["resume", "drain"]
+        (episode,) = SlurmRecords(store).episodes(slow)
+        assert episode[2] is not None  # closed at the resume
+
+
+def test_deep_sweep_stores_every_steady_state_round(cluster: Any, tmp_path: Path) -> None:
+    config = tmp_path / "screener.toml"
+    db = f"sqlite:///{tmp_path}/screener.db"
+    write_config(
+        config,
+        cluster,
+        db,
+        tmp_path / "log",
+        probe={"runtime_s": 0.5, "ramp_s": 0.2, "rand_read": False},
+        sweep={"deep_window": 3, "deep_max_rounds": 4},
+        verdict={"confirm": False},
+    )
+    res = run_screener(
+        cluster,
+        config,
+        "sweep",
+        "--submit",
+        "--wait",
+        "--script",
+        str(REPO / "jobs" / "sweep.sbatch"),
+        cwd=tmp_path,
+        extra_env={"SCREENER_SWEEP_DEEP": "1"},
+    )
+    logs = "".join(p.read_text() for p in tmp_path.glob("slurm-*.out"))
+    assert res.returncode == 0, res.stderr + logs
+    with open_store(db) as store:
+        run = store.latest_runs(1)[0]
+        rounds = {n: 0 for n in cluster.nodes}
+        for rnd in range(1, 6):
+            for p in store.run_probes(run.id, rnd):
+                assert p.ok, p.error
+                rounds[p.node] += 1
+        # each node ran until 3 rounds were steady, or the cap of 4
+        assert all(3 <= r <= 4 for r in rounds.values()), rounds
+        assert run.n_ok + run.n_slow + run.n_degraded == len(cluster.nodes)
