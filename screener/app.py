@@ -87,7 +87,7 @@ def run_screen(
 
 def open_results(policy: Policy) -> Store:
     """The store for read-only admin queries (never migrates: an empty DB is an error)."""
-    return open_store(database_url(policy))
+    return open_store(database_url(policy), readonly=True)
 
 
 def flaky_since(days: float) -> datetime:

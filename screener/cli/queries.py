@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from rich.console import Console
 
-from screener.cli.common import Subparsers
+from screener.cli.common import Subparsers, check_count, check_days, check_limit
 from screener.policy import load_policy
 
 
@@ -34,6 +34,11 @@ def run(args: argparse.Namespace, console: Console) -> int:
     from screener import app, report
     from screener.nodes import validate_node
 
+    if args.command == "flaky":
+        check_days(args.days)
+        check_count(args.min_transitions, "--min-transitions")
+    else:
+        check_limit(args.limit)
     policy = load_policy(args.config)
     rows: Sequence[object]
     with app.open_results(policy) as store:

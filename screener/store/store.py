@@ -499,10 +499,11 @@ def _run_row(r: Any, counts: Mapping[str, int]) -> RunRow:
     )
 
 
-def open_store(url: str, *, upgrade: bool = False) -> Store:
+def open_store(url: str, *, upgrade: bool = False, readonly: bool = False) -> Store:
     """A Store for ``url``; with ``upgrade`` first migrate to head (creating an SQLite file
-    and its directory), else refuse a database that is not at head."""
-    engine = make_engine(url, create_dir=upgrade)
+    and its directory), else refuse a database that is not at head. ``readonly`` (queries)
+    opens an SQLite file without ever changing it."""
+    engine = make_engine(url, create_dir=upgrade, readonly=readonly and not upgrade)
     try:
         if upgrade and _revision(engine) != SCHEMA_HEAD:
             from screener.store.migrate import upgrade_engine  # Alembic only when needed
