@@ -47,9 +47,7 @@ def expand_nodeset(pattern: str) -> list[str]:
         raise ConfigError(f"invalid node list {_shown(pattern)}: unexpected {''.join(bad)!r}")
     count = count_nodes(text)  # before expanding: node[1-10000000] would take 1.7 GB first
     if count > MAX_NODES:
-        raise ConfigError(
-            f"node list {_shown(pattern)} expands to {count} nodes (max {MAX_NODES})"
-        )
+        raise ConfigError(f"node list {_shown(pattern)} expands to {count} nodes (max {MAX_NODES})")
     try:
         names = list(NodeSet(text, resolver=RESOLVER_NOGROUP))
     except (NodeSetException, AssertionError, ValueError) as exc:  # ClusterShell asserts too
@@ -85,7 +83,9 @@ def count_nodes(text: str) -> int:
 
 def _split_top(text: str) -> list[str]:
     """Split a hostlist at the commas outside brackets."""
-    items, depth, cur = [], 0, []
+    items: list[str] = []
+    cur: list[str] = []
+    depth = 0
     for c in text:
         depth += (c == "[") - (c == "]")
         if c == "," and depth == 0:

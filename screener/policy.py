@@ -179,8 +179,8 @@ def target_problem(target: str) -> str | None:
     if not _TARGET_RE.fullmatch(target):
         bad = "".join(sorted({c for c in target if not _TARGET_RE.fullmatch("/" + c)}))
         return (
-            f"{_short(target)!r} is not a plain absolute path, it contains {bad!r}: use letters, digits and ._+@%=/:- only "
-            "(fio cuts option values at ';' and '#')"
+            f"{_short(target)!r} is not a plain absolute path, it contains {bad!r}: use "
+            "letters, digits and ._+@%=/:- only (fio cuts option values at ';' and '#')"
         )
     return None
 
