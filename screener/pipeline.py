@@ -18,7 +18,14 @@ from screener.errors import ProbeError, ScreenerError, StoreError, TransportErro
 from screener.model import IostatSample, NodeFacts, NodeProbe, RunSummary, Trigger
 from screener.policy import Policy
 from screener.probe.facts import facts_argv, parse_facts
-from screener.probe.fio import fio_argv, layout_argv, parse_fio, policy_jobs, probe_duration_s
+from screener.probe.fio import (
+    cleanup_argv,
+    fio_argv,
+    layout_argv,
+    parse_fio,
+    policy_jobs,
+    probe_duration_s,
+)
 from screener.probe.iostat import iostat_argv, iostat_count, parse_iostat
 from screener.probe.preflight import parse_preflight, preflight_argv
 from screener.transport.base import CommandResult, Transport, check
@@ -256,6 +263,8 @@ async def screen(
             longest.append(_longest(second))
             final.update({p.node: p for p in second})
             summary = confirm(summary, evaluate(list(final.values()), history, policy.verdict))
+        if not policy.probe.keep_file:
+            await remove_probe_files(transport, nodes, policy)
         rec.done(summary, clock.now())
     except BaseException:
         rec.failed(clock.now())
@@ -270,6 +279,19 @@ async def screen(
         round_longest_s=tuple(longest),
         store_error=str(rec.error) if rec.error else None,
     )
+
+
+async def remove_probe_files(transport: Transport, nodes: Sequence[str], policy: Policy) -> None:
+    """``[probe] keep_file = false``: remove the probe file after the last round (best
+    effort: a node that fails here already has its verdict)."""
+
+    async def one(node: str) -> None:
+        with contextlib.suppress(ScreenerError):
+            await transport.run(
+                node, cleanup_argv(policy.probe), timeout=policy.transport.command_timeout_s
+            )
+
+    await asyncio.gather(*(one(n) for n in nodes))
 
 
 class _Recorder:

@@ -36,7 +36,7 @@ class ProbePolicy:
     min_free_mib: int = 64  # headroom kept free beyond size_mib
     iostat_interval_s: int = 1
     facts: bool = True  # collect PCIe/SMART/queue facts
-    keep_file: bool = False  # keep the probe file between runs (skips the layout next time)
+    keep_file: bool = True  # keep the probe file (mode 0600) for the next run: no re-layout
 
 
 @dataclass(frozen=True)

@@ -39,13 +39,13 @@ def run(args: argparse.Namespace, console: Console) -> int:
         check_count(args.min_transitions, "--min-transitions")
     else:
         check_limit(args.limit)
+    node = validate_node(args.node) if args.command == "history" else ""
     policy = load_policy(args.config)
     rows: Sequence[object]
     with app.open_results(policy) as store:
         if args.command == "runs":
             title, rows = "latest runs", store.latest_runs(args.limit)
         elif args.command == "history":
-            node = validate_node(args.node)
             title, rows = f"history of {node}", store.node_history(node, args.limit)
         else:
             since = app.flaky_since(args.days)

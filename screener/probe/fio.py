@@ -117,7 +117,16 @@ def layout_argv(policy: ProbePolicy, fio: str = "fio") -> list[str]:
     """
     # Only seq_write carries --overwrite=1, the option that makes the layout write real data.
     # --create_only: run fio's setup phase (the layout) and no job.
-    return [*fio_argv(policy, ("seq_write",), fio), "--create_only=1"]
+    # fio has no file-mode option: the layout creates the probe file, so it runs under
+    # umask 077 (mode 0600: no other user on the node can read or replace the region).
+    # "$0" "$@" is fio's own argv, never re-parsed by the shell.
+    return [
+        "sh",
+        "-c",
+        'umask 077 && exec "$0" "$@"',
+        *fio_argv(policy, ("seq_write",), fio),
+        "--create_only=1",
+    ]
 
 
 def _seq_write(policy: ProbePolicy) -> list[str]:
