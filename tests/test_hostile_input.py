@@ -216,9 +216,9 @@ def test_unreadable_config_is_one_line(tmp_path: Path) -> None:
     cfg.write_text("[probe]\nsize_mib = 16\n")
     cfg.chmod(0)
     caps = "-dac_override,-dac_read_search"
+    drop = ["setpriv", f"--inh-caps={caps}", f"--bounding-set={caps}", "--"]
     res = subprocess.run(
-        ["setpriv", f"--inh-caps={caps}", f"--bounding-set={caps}", "--", *SCREENER]
-        + ["--config", str(cfg), "runs"],
+        [*drop, *SCREENER, "--config", str(cfg), "runs"],
         capture_output=True,
         text=True,
         timeout=60,
