@@ -4,7 +4,7 @@ While the DB answers, :class:`SpoolingStore` only keeps the run in memory. The f
 StoreError switches it to the spool: everything of the run so far, then every later record,
 is appended to ``<spool_dir>/run-<uid>.jsonl`` (one JSON object a line, fsync'd, mode 0600
 in a 0700 directory). The decision never waits for the DB. :func:`replay` stores each
-spooled run once: the run carries its uid in ``runs.policy["spool_uid"]``, and a run already
+spooled run once: the run carries its uid in ``runs.policy["run_tag"]``, and a run already
 stored with that uid is not stored again, so replaying twice stores once.
 """
 
@@ -25,7 +25,7 @@ from typing import Any, Protocol
 from screener.errors import StoreError
 from screener.model import NodeProbe, RunSummary, Trigger
 
-UID_KEY = "spool_uid"  # key in the stored policy dict naming the spooled run
+UID_KEY = "run_tag"  # key in the stored policy dict: the run tag (= spool file uid)
 PREFIX, SUFFIX = "run-", ".jsonl"
 
 
