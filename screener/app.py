@@ -104,7 +104,7 @@ def run_screen(
     finally:
         live.unlink(missing_ok=True)
     if recorder is not None and recorder.spooled:
-        note = f"database unavailable ({recorder.reason}); results spooled to {recorder.path}"
+        note = f"database unavailable ({recorder.reason}); {spool.SPOOLED_NOTE} {recorder.path}"
         result = dataclasses.replace(result, run_id=recorder.run_id, store_error=note)
     if db is not None and not (recorder and recorder.spooled):
         with contextlib.suppress(StoreError):  # earlier spooled runs, now that the DB is back

@@ -27,6 +27,7 @@ from screener.model import NodeProbe, RunSummary, Trigger
 
 UID_KEY = "run_tag"  # key in the stored policy dict: the run tag (= spool file uid)
 PREFIX, SUFFIX = "run-", ".jsonl"
+SPOOLED_NOTE = "results spooled to"  # in ScreenResult.store_error when nothing was lost
 
 
 class _Store(Protocol):
