@@ -23,7 +23,7 @@ from screener.nodes import expand_nodeset, fold_nodes
 from screener.pipeline import BetweenRounds, NodeDone, ScreenResult, screen
 from screener.policy import Policy, database_url, validate
 from screener.store import Store, open_store
-from screener.store.engine import parse_url
+from screener.store.engine import describe, parse_url
 from screener.transport.base import RUN_TAG, Transport, make_transport
 from screener.transport.cleanup import CLEANUP_TIMEOUT_S, kill_tagged
 
@@ -80,7 +80,7 @@ def run_screen(
     every node (by run tag), mark the run failed and raise Terminated / KeyboardInterrupt.
     """
     url = database_url(policy)
-    parse_url(url)  # a malformed URL is a config mistake: refuse it, do not spool
+    where = describe(parse_url(url))  # a malformed URL is a config mistake: refuse it
     # The stored policy names the DB actually used (to_dict hides its password).
     policy = dataclasses.replace(policy, store=dataclasses.replace(policy.store, url=url))
     tag = new_run_tag()
@@ -93,12 +93,14 @@ def run_screen(
         try:
             db = open_store(url, upgrade=url.startswith("sqlite"))
         except StoreError as exc:
-            reason = str(exc)
+            if url.startswith("sqlite"):  # a local file: a path/permission mistake, not an outage
+                raise
+            reason = str(exc)  # a server that does not answer: spool, decide anyway
 
         def started(run_id: int) -> None:
             spool.mark_live(spool_dir, tag, nodes, policy.transport.kind, run_id)
 
-        recorder = spool.SpoolingStore(db, spool_dir, tag, reason, on_started=started)
+        recorder = spool.SpoolingStore(db, spool_dir, tag, reason, on_started=started, db=where)
     try:
         result = _run(nodes, policy, tag, recorder, trigger, job_id, on_done, between_rounds)
     finally:
@@ -108,7 +110,7 @@ def run_screen(
         result = dataclasses.replace(result, run_id=recorder.run_id, store_error=note)
     if db is not None and not (recorder and recorder.spooled):
         with contextlib.suppress(StoreError):  # earlier spooled runs, now that the DB is back
-            spool.replay(db, spool_dir)
+            spool.replay(db, spool_dir, where)
     return result
 
 

@@ -104,6 +104,7 @@ class SpoolingStore:
         uid: str,
         reason: str = "",
         on_started: Callable[[int], None] | None = None,
+        db: str = "",
     ) -> None:
         self.store = store
         self.dir = Path(spool_dir)
@@ -114,6 +115,7 @@ class SpoolingStore:
         self._journal: list[dict[str, Any]] = []  # the run so far, dumped on first failure
         self._spooling = store is None
         self._on_started = on_started  # called with the DB run id (updates the live marker)
+        self.db = db  # which database the run belongs to (describe(): no password)
 
     @property
     def spooled(self) -> bool:
@@ -178,6 +180,7 @@ class SpoolingStore:
         entry = {
             "kind": "run",
             "uid": self.uid,
+            "db": self.db,
             "trigger": Trigger(trigger).value,
             "nodes": list(nodes),
             "policy": policy,
@@ -225,19 +228,30 @@ class Replayed:
     outcome: str  # "stored", "already stored", "error: ..."
 
 
-def spool_files(spool_dir: str) -> list[Path]:
-    """Spooled runs, oldest first (names sort by their time-ordered uid)."""
+def spool_files(spool_dir: str, db: str | None = None) -> list[Path]:
+    """Spooled runs (of database ``db`` if given), oldest first (names sort by time)."""
     d = Path(spool_dir)
     if not d.is_dir():
         return []
-    return sorted(p for p in d.iterdir() if p.name.startswith(PREFIX) and p.suffix == ".jsonl")
+    files = sorted(p for p in d.iterdir() if p.name.startswith(PREFIX) and p.suffix == ".jsonl")
+    if db is None:
+        return files
+    out = []
+    for p in files:
+        with contextlib.suppress(OSError, ValueError):
+            if _spooled_for(p) == db:
+                out.append(p)
+    return out
 
 
-def replay(store: _Store, spool_dir: str) -> list[Replayed]:
-    """Store every spooled run not stored yet, then remove its file (idempotent)."""
+def replay(store: _Store, spool_dir: str, db: str) -> list[Replayed]:
+    """Store every spooled run of database ``db`` not stored yet, then remove its file
+    (idempotent). Runs spooled for another database stay (they are not this one's)."""
     out = []
     for path in spool_files(spool_dir):
         try:
+            if _spooled_for(path) != db:
+                continue
             run_id, outcome = _replay_file(store, path)
         except StoreError as exc:  # the DB went away again: keep the file for next time
             out.append(Replayed(str(path), None, f"error: {exc}"))
@@ -248,6 +262,12 @@ def replay(store: _Store, spool_dir: str) -> list[Replayed]:
         path.unlink()
         out.append(Replayed(str(path), run_id, outcome))
     return out
+
+
+def _spooled_for(path: Path) -> str:
+    """The database a spool file belongs to (from its first line)."""
+    with path.open() as fh:
+        return str(json.loads(fh.readline()).get("db", ""))
 
 
 def _replay_file(store: _Store, path: Path) -> tuple[int | None, str]:

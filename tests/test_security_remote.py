@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from deploy.minicluster import ClusterHandle
+from deploy.minicluster import ClusterHandle, argv
 from screener import app
 from screener.model import Status
 from screener.policy import Policy, ProbePolicy, StorePolicy, TransportPolicy
@@ -171,9 +171,18 @@ def test_hung_sshd_and_dead_session_are_unknown_within_budget(
 
 def test_keep_file_false_removes_the_probe_file(cluster: ClusterHandle, tmp_path: Path) -> None:
     node = cluster.nodes[2]
-    ssh = ["ssh", "-F", str(cluster.ssh_config), node]
     probe = f"{cluster.scratch}/.screener-probe"
-    subprocess.run([*ssh, "rm", "-f", probe], check=True, timeout=30)
+
+    def on_node(*cmd: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            argv.ssh(Path(cluster.ssh_config), node, list(cmd)),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            stdin=subprocess.DEVNULL,
+        )
+
+    assert on_node("rm", "-f", probe).returncode == 0
     for keep, expect in ((True, "600"), (False, "gone")):
         cfg = config(cluster, tmp_path, 0.5, f"keep_file = {str(keep).lower()}")
         res = subprocess.run(
@@ -183,7 +192,5 @@ def test_keep_file_false_removes_the_probe_file(cluster: ClusterHandle, tmp_path
             timeout=300,
         )
         assert res.returncode in (0, 3), res.stderr
-        mode = subprocess.run(
-            [*ssh, "stat", "-c", "%a", probe], capture_output=True, text=True, timeout=30
-        )
+        mode = on_node("stat", "-c", "%a", probe)
         assert (mode.stdout.strip() or "gone") == expect, (keep, mode.stdout, mode.stderr)

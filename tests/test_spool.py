@@ -231,3 +231,24 @@ def test_stored_policy_names_the_db_in_use_without_password(pg: ScratchPg, tmp_p
     assert (
         stored["store"]["url"] == f"postgresql+psycopg://postgres:***@127.0.0.1:{pg.port}/postgres"
     )
+
+
+def test_a_run_spooled_for_another_database_is_not_replayed_here(tmp_path: Path) -> None:
+    from datetime import UTC, datetime
+
+    from screener.model import Trigger
+    from screener.store import open_store
+
+    spool_dir = str(tmp_path / "spool")
+    other = spool.SpoolingStore(None, spool_dir, "20261122000000-aaaa", "down", db="db01:5432/x")
+    other.start_run(Trigger.MANUAL, ["node01"], {}, None, "node01", datetime.now(UTC))
+    other.finish_run(-1, datetime.now(UTC), "done")
+    url = f"sqlite:///{tmp_path}/here.db"
+    with open_store(url, upgrade=True) as store:
+        assert spool.replay(store, spool_dir, str(tmp_path / "here.db")) == []
+        assert store.latest_runs(10) == []
+    assert len(spool.spool_files(spool_dir)) == 1  # kept for the database it belongs to
+    with open_store(url) as store:
+        done = spool.replay(store, spool_dir, "db01:5432/x")  # as if that DB were back
+        assert [r.outcome for r in done] == ["stored"]
+        assert [(r.status, r.node_count) for r in store.latest_runs(10)] == [("done", 1)]

@@ -26,26 +26,28 @@ def run(args: argparse.Namespace, console: Console) -> int:
     from screener import spool
     from screener.errors import StoreError
     from screener.store import open_store
+    from screener.store.engine import describe, parse_url
 
     policy = load_policy(args.config)
     spool_dir = policy.store.spool_dir
+    url = database_url(policy)
+    where = describe(parse_url(url))
     if args.spool_command == "list":
-        files = [str(p) for p in spool.spool_files(spool_dir)]
+        files = [str(p) for p in spool.spool_files(spool_dir, where)]
         if args.json:
             print(json.dumps(files))
         else:
-            console.print("\n".join(files) or f"spool {spool_dir} is empty")
+            console.print("\n".join(files) or f"no run spooled for {where} in {spool_dir}")
         return 0
-    url = database_url(policy)
     with open_store(url, upgrade=url.startswith("sqlite")) as store:
-        done = spool.replay(store, spool_dir)
+        done = spool.replay(store, spool_dir, where)
     if args.json:
         print(json.dumps([r.__dict__ for r in done]))
     else:
         for r in done:
             console.print(f"{r.path}: {r.outcome}" + (f" (run {r.run_id})" if r.run_id else ""))
         if not done:
-            console.print(f"spool {spool_dir} is empty")
+            console.print(f"no run spooled for {where} in {spool_dir}")
     failed = [r for r in done if r.outcome.startswith("error")]
     if failed:
         raise StoreError(f"{len(failed)} spooled run(s) not replayed: {failed[0].outcome}")
