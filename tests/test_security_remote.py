@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -23,10 +24,12 @@ from pathlib import Path
 
 import pytest
 
-from deploy.minicluster import ClusterHandle, argv
+from deploy.minicluster import ClusterHandle
 from screener import app
 from screener.model import Status
 from screener.policy import Policy, ProbePolicy, StorePolicy, TransportPolicy
+from screener.transport import make_transport
+from screener.transport.base import CommandResult
 
 pytestmark = pytest.mark.cluster
 SCREENER = [sys.executable, "-m", "screener.cli"]
@@ -173,16 +176,21 @@ def test_keep_file_false_removes_the_probe_file(cluster: ClusterHandle, tmp_path
     node = cluster.nodes[2]
     probe = f"{cluster.scratch}/.screener-probe"
 
-    def on_node(*cmd: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            argv.ssh(Path(cluster.ssh_config), node, list(cmd)),
-            capture_output=True,
-            text=True,
-            timeout=60,
-            stdin=subprocess.DEVNULL,
-        )
+    def on_node(*cmd: str) -> CommandResult:
+        async def go() -> CommandResult:
+            t = make_transport(
+                TransportPolicy(
+                    ssh_config=str(cluster.ssh_config), known_hosts=str(cluster.known_hosts)
+                )
+            )
+            try:
+                return await t.run(node, list(cmd), timeout=30)
+            finally:
+                await t.close()
 
-    assert on_node("rm", "-f", probe).returncode == 0
+        return asyncio.run(go())
+
+    assert on_node("rm", "-f", probe).exit_status == 0
     for keep, expect in ((True, "600"), (False, "gone")):
         cfg = config(cluster, tmp_path, 0.5, f"keep_file = {str(keep).lower()}")
         res = subprocess.run(
