@@ -104,8 +104,11 @@ def run_screen(
     try:
         result = _run(nodes, policy, tag, recorder, trigger, job_id, on_done, between_rounds)
     finally:
-        live.unlink(missing_ok=True)
-    if recorder is not None and recorder.spooled:
+        if live is not None:
+            live.unlink(missing_ok=True)
+    if recorder is not None and recorder.lost is not None:
+        result = dataclasses.replace(result, run_id=recorder.run_id, store_error=str(recorder.lost))
+    elif recorder is not None and recorder.spooled:
         note = f"database unavailable ({recorder.reason}); {spool.SPOOLED_NOTE} {recorder.path}"
         result = dataclasses.replace(result, run_id=recorder.run_id, store_error=note)
     if db is not None and not (recorder and recorder.spooled):

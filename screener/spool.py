@@ -116,11 +116,12 @@ class SpoolingStore:
         self._spooling = store is None
         self._on_started = on_started  # called with the DB run id (updates the live marker)
         self.db = db  # which database the run belongs to (describe(): no password)
+        self.lost: StoreError | None = None  # set when even the spool could not be written
 
     @property
     def spooled(self) -> bool:
-        """True once any of this run went to the spool file."""
-        return self._spooling
+        """True once any of this run went to the spool file (and all of it could)."""
+        return self._spooling and self.lost is None
 
     def _record(self, entry: dict[str, Any]) -> None:
         if self._spooling:
@@ -138,16 +139,21 @@ class SpoolingStore:
         self._journal = []
 
     def _append(self, entries: list[dict[str, Any]]) -> None:
-        if not entries:
+        if not entries or self.lost is not None:
             return
-        self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         data = "".join(json.dumps(e, separators=(",", ":")) + "\n" for e in entries)
-        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         try:
-            os.write(fd, data.encode())
-            os.fsync(fd)  # the DB is down: this file is the only copy of the results
-        finally:
-            os.close(fd)
+            self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            try:
+                os.write(fd, data.encode())
+                os.fsync(fd)  # the DB is down: this file is the only copy of the results
+            finally:
+                os.close(fd)
+        except OSError as exc:  # a full or read-only disk: say so, the figures are printed
+            self.lost = StoreError(
+                f"{self.reason}; and cannot spool to {self.path}: {exc.strerror or exc}"
+            )
 
     def _try(self, fn: Any, *args: Any) -> Any:
         if self._spooling or self.store is None:
@@ -321,14 +327,14 @@ def _start_time(pid: int) -> str | None:
 
 def mark_live(
     spool_dir: str, uid: str, nodes: Sequence[str], transport: str, run_id: int | None = None
-) -> Path:
+) -> Path | None:
     """Record that this process is screening ``nodes`` under tag ``uid`` (removed at the end).
 
     A run killed with SIGKILL cannot clean up; the next run finds this file, sees the pid is
-    gone, kills what the run left on its nodes and marks its run failed.
+    gone, kills what the run left on its nodes and marks its run failed. None when the
+    spool directory is not writable (the screen goes on without the marker).
     """
     d = Path(spool_dir)
-    d.mkdir(mode=0o700, parents=True, exist_ok=True)
     path = d / f"{LIVE_PREFIX}{uid}.json"
     doc = {
         "uid": uid,
@@ -338,12 +344,16 @@ def mark_live(
         "transport": transport,
         "run_id": run_id,
     }
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
-        os.write(fd, json.dumps(doc).encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        d.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.write(fd, json.dumps(doc).encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError:  # an admin without write access to the spool: no SIGKILL recovery
+        return None
     return path
 
 

@@ -390,3 +390,21 @@ def test_runs_reads_a_database_on_a_read_only_mount(tmp_path: Path) -> None:
         assert res.stdout.strip() == "[]"
     finally:
         subprocess.run(["umount", str(ro)], check=True)
+
+
+def test_unwritable_spool_dir_neither_blocks_a_screen_nor_loses_silently(tmp_path: Path) -> None:
+    target = tmp_path / "t"
+    target.mkdir()
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(
+        "[probe]\nsize_mib = 16\nruntime_s = 0.5\nramp_s = 0.2\nrand_read = false\n"
+        '[store]\nspool_dir = "/proc/no-spool-here"\n'
+    )
+    base = ["--config", str(cfg), "screen", "--local", "--target", str(target)]
+    ok = screener(*base, "--no-store")
+    assert ok.returncode in (0, 3), ok.stderr
+    # DB down and nowhere to spool: the figures are printed, the line says both.
+    down = screener(*base, env={"SCREENER_DATABASE_URL": "postgresql+psycopg://u:pw@127.0.0.1:1/x"})
+    line = one_line_error(down, "cannot spool to /proc/no-spool-here", "127.0.0.1:1")
+    assert "pw" not in line.replace("spool", "")
+    assert "1 nodes:" in down.stdout
