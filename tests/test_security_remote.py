@@ -102,7 +102,8 @@ def test_sigterm_kills_the_remote_fio_by_run_tag(cluster: ClusterHandle, tmp_pat
     assert proc.returncode == 143, err
     assert "terminated" in err and "Traceback" not in err
     # Without the cleanup, fio would run on for ~60 s (the channel close sends no signal).
-    assert [p for p in remote if Path(f"/proc/{p}").exists() and tagged_pids(tag)] == []
+    assert remote and tagged_pids(tag) == []
+    assert not any(Path(f"/proc/{p}").exists() and b"fio" in cmdline(p) for p in remote)
     with sqlite3.connect(db) as con:
         assert con.execute("select status from runs").fetchall() == [("failed",)]
 
