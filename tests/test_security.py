@@ -91,4 +91,4 @@ def test_cleanup_passes_the_tag_as_a_positional_parameter() -> None:
     argv = cleanup_argv("20261122-abcdef")
     assert argv[:2] == ["sh", "-c"] and argv[-2:] == ["screener-cleanup", "20261122-abcdef"]
     assert "20261122" not in argv[2]  # the script text never contains the tag
-    assert "grep -qxF" in argv[2]  # exact whole-entry match: never a prefix or a name
+    assert "grep -lxzF" in argv[2]  # exact whole-entry match: never a prefix or a name

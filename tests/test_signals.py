@@ -56,7 +56,7 @@ def wait_for(cond: object, timeout: float, what: str) -> None:
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def start(tmp_path: Path, runtime_s: float = 60.0) -> tuple[subprocess.Popen[str], Path, Path]:
+def start(tmp_path: Path, runtime_s: float = 120.0) -> tuple[subprocess.Popen[str], Path, Path]:
     target = tmp_path / "target"
     target.mkdir(exist_ok=True)
     db = tmp_path / "db.sqlite"
@@ -100,11 +100,12 @@ def test_signal_stops_fio_and_marks_the_run_failed(
     assert tag, "local fio carries the run tag"
     sent = time.monotonic()
     proc.send_signal(sig)
-    _, err = proc.communicate(timeout=30)
+    _, err = proc.communicate(timeout=100)
     took = time.monotonic() - sent
     assert proc.returncode == code, err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
-    assert took < 15, f"took {took:.1f} s: waited for fio's 60 s instead of stopping it"
+    # Generous for a loaded CI machine; waiting for fio would take its 120 s.
+    assert took < 60, f"took {took:.1f} s: waited for fio instead of stopping it"
     assert fio_pids(target) == []
     assert runs(db) == [(1, "failed")]
     with sqlite3.connect(db) as con:

@@ -127,11 +127,14 @@ def local(p: Policy) -> Policy:
 def test_db_stopped_mid_run_spools_then_replays_once(pg: ScratchPg, tmp_path: Path) -> None:
     env = {"SCREENER_DATABASE_URL": pg.url}
     assert screener("db", "upgrade", env=env).returncode == 0
-    p = local(policy(tmp_path, pg.url))
+    p = app.screen_policy(policy(tmp_path, pg.url), local=True, confirm=False)
     nodes = app.resolve_nodes(None, True)
+    stopped: list[int] = []
 
-    def stop_db(_round: int, _probe: NodeProbe) -> None:
-        pg.stop()  # the run is open in the DB; the probe and verdicts cannot be written
+    def stop_db(round_no: int, _probe: NodeProbe) -> None:
+        if not stopped:  # the run is open in the DB; the probe and verdicts cannot be written
+            pg.stop()
+            stopped.append(round_no)
 
     result = app.run_screen(nodes, p, on_done=stop_db)
     assert result.store_error and spool.SPOOLED_NOTE in result.store_error

@@ -19,17 +19,16 @@ assert TAG_ENV == "SCREENER_RUN"  # the script below spells it out
 
 CLEANUP_TIMEOUT_S = 10.0  # per node; a prolog killed by Slurm has little time left
 
-# $1 = the tag. Prints one line per process it signalled. $$ and its parent (the node-side
-# timeout wrapper of this very command) never carry the tag: RUN_TAG is unset for cleanup.
+# $1 = the tag. One grep reads every /proc/PID/environ (-z: NUL-separated entries, -x: the
+# whole entry, -F: no pattern syntax), so a node with thousands of processes is scanned in
+# one process, not two forks per pid. This command itself never carries the tag (RUN_TAG is
+# unset for cleanup). Prints the pids it signalled.
 CLEANUP_SCRIPT = r"""
-want="SCREENER_RUN=$1"
 found=""
-for d in /proc/[0-9]*; do
-  pid=${d#/proc/}
-  [ "$pid" = "$$" ] && continue
-  if tr '\000' '\n' < "$d/environ" 2>/dev/null | grep -qxF -- "$want"; then
-    found="$found $pid"
-  fi
+for f in $(grep -lxzF -e "SCREENER_RUN=$1" /proc/[0-9]*/environ 2>/dev/null); do
+  pid=${f#/proc/}
+  pid=${pid%/environ}
+  [ "$pid" = "$$" ] || found="$found $pid"
 done
 [ -n "$found" ] || exit 0
 kill -TERM $found 2>/dev/null
