@@ -71,6 +71,10 @@ def start(tmp_path: Path, runtime_s: float = 120.0) -> tuple[subprocess.Popen[st
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "SCREENER_DATABASE_URL": f"sqlite:///{db}"},
+        # A test run started in the background (`make test &`) inherits SIGINT ignored, and
+        # Python then keeps ignoring it: give screener the default disposition, as a shell
+        # in the foreground does.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     # The measured run (not the layout) has --runtime: wait until it is running.
     wait_for(
