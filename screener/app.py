@@ -16,7 +16,7 @@ import time
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
-from screener import spool
+from screener import live, spool
 from screener.errors import ConfigError, StoreError, Terminated
 from screener.model import Trigger
 from screener.nodes import expand_nodeset, fold_nodes
@@ -87,7 +87,6 @@ def run_screen(
     spool_dir = policy.store.spool_dir
     db: Store | None = None
     recorder: spool.SpoolingStore | None = None
-    live = spool.mark_live(spool_dir, tag, nodes, policy.transport.kind)
     if store_results:
         reason = ""
         try:
@@ -98,14 +97,15 @@ def run_screen(
             reason = str(exc)  # a server that does not answer: spool, decide anyway
 
         def started(run_id: int) -> None:
-            spool.mark_live(spool_dir, tag, nodes, policy.transport.kind, run_id)
+            live.mark_live(spool_dir, tag, nodes, policy.transport.kind, run_id)
 
         recorder = spool.SpoolingStore(db, spool_dir, tag, reason, on_started=started, db=where)
+    marker = live.mark_live(spool_dir, tag, nodes, policy.transport.kind)
     try:
         result = _run(nodes, policy, tag, recorder, trigger, job_id, on_done, between_rounds)
     finally:
-        if live is not None:
-            live.unlink(missing_ok=True)
+        if marker is not None:
+            marker.unlink(missing_ok=True)
     if recorder is not None and recorder.lost is not None:
         result = dataclasses.replace(result, run_id=recorder.run_id, store_error=str(recorder.lost))
     elif recorder is not None and recorder.spooled:
@@ -180,14 +180,14 @@ async def _recover(transport: Transport, policy: Policy, store: spool.SpoolingSt
     """Finish the bookkeeping of screens that were killed (SIGKILL, reboot): stop what they
     left running on their nodes, mark their runs failed, drop their live markers."""
     spool_dir = policy.store.spool_dir
-    for path, doc in spool.stale_runs(spool_dir):
+    for path, doc in live.stale_runs(spool_dir):
         tag, stale_nodes = str(doc.get("uid", "")), [str(n) for n in doc.get("nodes", [])]
         with contextlib.suppress(Exception):
             async with asyncio.timeout(CLEANUP_TIMEOUT_S + 2):
                 await kill_tagged(transport, stale_nodes, tag)
         if store is not None and store.store is not None:
             with contextlib.suppress(StoreError):
-                spool.finish_stale(store.store, doc, datetime.now(UTC))
+                live.finish_stale(store.store, doc, datetime.now(UTC))
         path.unlink(missing_ok=True)
 
 
