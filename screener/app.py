@@ -7,18 +7,25 @@ the sweep (later) reuse exactly the same path.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
+import secrets
+import signal
 import socket
+import time
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
-from screener.errors import ConfigError
+from screener import live, spool
+from screener.errors import ConfigError, StoreError, Terminated
 from screener.model import Trigger
 from screener.nodes import expand_nodeset, fold_nodes
 from screener.pipeline import BetweenRounds, NodeDone, ScreenResult, screen
 from screener.policy import Policy, database_url, validate
 from screener.store import Store, open_store
-from screener.transport.base import make_transport
+from screener.store.engine import describe, parse_url
+from screener.transport.base import RUN_TAG, Transport, make_transport
+from screener.transport.cleanup import CLEANUP_TIMEOUT_S, kill_tagged
 
 
 def screen_policy(
@@ -51,6 +58,11 @@ def resolve_nodes(nodeset: str | None, local: bool) -> list[str]:
     return expand_nodeset(nodeset)
 
 
+def new_run_tag() -> str:
+    """A run tag: time-ordered (spool files sort by it) and unique across hosts."""
+    return f"{time.strftime('%Y%m%d%H%M%S', time.gmtime())}-{secrets.token_hex(6)}"
+
+
 def run_screen(
     nodes: Sequence[str],
     policy: Policy,
@@ -62,13 +74,81 @@ def run_screen(
     between_rounds: BetweenRounds | None = None,
     deadline_s: float | None = None,
 ) -> ScreenResult:
-    """Open the store (migrating the embedded SQLite on first use), then screen ``nodes``."""
+    """Open the store (migrating the embedded SQLite on first use), then screen ``nodes``.
+
+    A DB that cannot be reached does not stop the screen: results go to the local spool
+    (screener.spool) and are replayed on a later run. SIGTERM and SIGINT stop the probes on
+    every node (by run tag), mark the run failed and raise Terminated / KeyboardInterrupt.
+    """
     url = database_url(policy)
-    store = open_store(url, upgrade=url.startswith("sqlite")) if store_results else None
+    where = describe(parse_url(url))  # a malformed URL is a config mistake: refuse it
+    # The stored policy names the DB actually used (to_dict hides its password).
+    policy = dataclasses.replace(policy, store=dataclasses.replace(policy.store, url=url))
+    tag = new_run_tag()
+    spool_dir = policy.store.spool_dir
+    db: Store | None = None
+    recorder: spool.SpoolingStore | None = None
+    if store_results:
+        reason = ""
+        try:
+            db = open_store(url, upgrade=url.startswith("sqlite"))
+        except StoreError as exc:
+            if url.startswith("sqlite"):  # a local file: a path/permission mistake, not an outage
+                raise
+            reason = str(exc)  # a server that does not answer: spool, decide anyway
+
+        def started(run_id: int) -> None:
+            live.mark_live(spool_dir, tag, nodes, policy.transport.kind, run_id)
+
+        recorder = spool.SpoolingStore(db, spool_dir, tag, reason, on_started=started, db=where)
+    marker = live.mark_live(spool_dir, tag, nodes, policy.transport.kind)
+    try:
+        result = _run(
+            nodes, policy, tag, recorder, trigger, job_id, on_done, between_rounds, deadline_s
+        )
+    finally:
+        if marker is not None:
+            marker.unlink(missing_ok=True)
+    if recorder is not None and recorder.lost is not None:
+        result = dataclasses.replace(result, run_id=recorder.run_id, store_error=str(recorder.lost))
+    elif recorder is not None and recorder.spooled:
+        note = f"database unavailable ({recorder.reason}); {spool.SPOOLED_NOTE} {recorder.path}"
+        result = dataclasses.replace(result, run_id=recorder.run_id, store_error=note)
+    if db is not None and not (recorder and recorder.spooled):
+        with contextlib.suppress(StoreError):  # earlier spooled runs, now that the DB is back
+            spool.replay(db, spool_dir, where)
+    return result
+
+
+def _run(
+    nodes: Sequence[str],
+    policy: Policy,
+    tag: str,
+    store: spool.SpoolingStore | None,
+    trigger: Trigger,
+    job_id: str | None,
+    on_done: NodeDone | None,
+    between_rounds: BetweenRounds | None,
+    deadline_s: float | None,
+) -> ScreenResult:
+    """The event loop of one screen, with SIGTERM turned into a clean stop."""
+    terminated: list[int] = []
+    previous = signal.getsignal(signal.SIGTERM)
 
     async def go() -> ScreenResult:
+        RUN_TAG.set(tag)  # every command of this run carries the tag (copied into tasks)
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        assert task is not None
+
+        def on_term() -> None:
+            terminated.append(signal.SIGTERM)
+            task.cancel()
+
+        loop.add_signal_handler(signal.SIGTERM, on_term)
         transport = make_transport(policy.transport)
         try:
+            await _recover(transport, policy, store)
             return await screen(
                 nodes,
                 policy,
@@ -81,15 +161,44 @@ def run_screen(
                 between_rounds=between_rounds,
                 deadline_s=deadline_s,
             )
+        except asyncio.CancelledError:
+            # SIGTERM/SIGINT: closing the channels does not stop fio on the nodes; kill what
+            # carries this run's tag, by pid, within a bounded time, then go on stopping.
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                async with asyncio.timeout(CLEANUP_TIMEOUT_S + 2):
+                    await kill_tagged(transport, nodes, tag)
+            raise
         finally:
+            loop.remove_signal_handler(signal.SIGTERM)
+            signal.signal(signal.SIGTERM, previous)  # remove_signal_handler set SIG_DFL
             await transport.close()
 
-    return asyncio.run(go())
+    try:
+        return asyncio.run(go())
+    except asyncio.CancelledError:
+        if terminated:
+            raise Terminated(terminated[0]) from None
+        raise
+
+
+async def _recover(transport: Transport, policy: Policy, store: spool.SpoolingStore | None) -> None:
+    """Finish the bookkeeping of screens that were killed (SIGKILL, reboot): stop what they
+    left running on their nodes, mark their runs failed, drop their live markers."""
+    spool_dir = policy.store.spool_dir
+    for path, doc in live.stale_runs(spool_dir):
+        tag, stale_nodes = str(doc.get("uid", "")), [str(n) for n in doc.get("nodes", [])]
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(CLEANUP_TIMEOUT_S + 2):
+                await kill_tagged(transport, stale_nodes, tag)
+        if store is not None and store.store is not None:
+            with contextlib.suppress(StoreError):
+                live.finish_stale(store.store, doc, datetime.now(UTC))
+        path.unlink(missing_ok=True)
 
 
 def open_results(policy: Policy) -> Store:
     """The store for read-only admin queries (never migrates: an empty DB is an error)."""
-    return open_store(database_url(policy))
+    return open_store(database_url(policy), readonly=True)
 
 
 def flaky_since(days: float) -> datetime:

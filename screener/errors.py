@@ -59,3 +59,14 @@ def _short(text: str, limit: int = 120) -> str:
     """One-line excerpt of raw output for error messages."""
     flat = " ".join(text.split())
     return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+
+
+class Terminated(BaseException):
+    """SIGTERM arrived (Slurm's PrologEpilogTimeout sends it): stop, clean up, exit 143.
+
+    A BaseException so that no ``except Exception`` on the way swallows it.
+    """
+
+    def __init__(self, signum: int = 15) -> None:
+        self.signum = signum
+        super().__init__(f"terminated by signal {signum}")

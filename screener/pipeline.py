@@ -19,6 +19,7 @@ from screener.model import FleetFigure, IostatSample, NodeFacts, NodeProbe, RunS
 from screener.policy import Policy
 from screener.probe.facts import facts_argv, parse_facts
 from screener.probe.fio import (
+    cleanup_argv,
     fio_argv,
     layout_argv,
     layout_timeout_s,
@@ -319,6 +320,8 @@ async def screen(
             summary = confirm(
                 summary, judge_round2(first, second, refs, history, fleet, policy), refs
             )
+        if not policy.probe.keep_file:
+            await remove_probe_files(transport, nodes, policy)
         rec.done(summary, clock.now())
     except BaseException:
         rec.failed(clock.now())
@@ -333,6 +336,19 @@ async def screen(
         round_longest_s=tuple(longest),
         store_error=str(rec.error) if rec.error else None,
     )
+
+
+async def remove_probe_files(transport: Transport, nodes: Sequence[str], policy: Policy) -> None:
+    """``[probe] keep_file = false``: remove the probe file after the last round (best
+    effort: a node that fails here already has its verdict)."""
+
+    async def one(node: str) -> None:
+        with contextlib.suppress(ScreenerError):
+            await transport.run(
+                node, cleanup_argv(policy.probe), timeout=policy.transport.command_timeout_s
+            )
+
+    await asyncio.gather(*(one(n) for n in nodes))
 
 
 class _Recorder:

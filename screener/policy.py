@@ -7,7 +7,9 @@ so a typo never silently falls back to a default.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
+import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +39,7 @@ class ProbePolicy:
     layout_min_mb_s: float = 2.0
     iostat_interval_s: int = 1
     facts: bool = True  # collect PCIe/SMART/queue facts
+    keep_file: bool = True  # keep the probe file (mode 0600) for the next run: no re-layout
 
 
 @dataclass(frozen=True)
@@ -86,6 +89,7 @@ class StorePolicy:
     """Where results go. SCREENER_DATABASE_URL overrides ``url``."""
 
     url: str = "sqlite:////var/lib/screener/screener.db"
+    spool_dir: str = "/var/lib/screener/spool"  # results kept here while the DB is down
 
 
 @dataclass(frozen=True)
@@ -146,8 +150,13 @@ class Policy:
     sweep: SweepPolicy = field(default_factory=SweepPolicy)
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain dict (stored with each run so a verdict can be explained later)."""
-        return dataclasses.asdict(self)
+        """Plain dict (stored with each run so a verdict can be explained later).
+
+        The store URL is kept without its password: run records are readable by every admin.
+        """
+        d = dataclasses.asdict(self)
+        d["store"]["url"] = redact_url(self.store.url)
+        return d
 
 
 _SECTIONS: dict[str, type[Any]] = {
@@ -213,29 +222,90 @@ def _coerce(key: str, value: Any, default: Any) -> Any:
     return value
 
 
+# Characters a probe target may contain. fio cuts every option value at ';' and '#' (its
+# comment characters, even on the command line) and splits file names at ':', so a target
+# such as '/tmp/x/victim;x' made fio write over /tmp/x/victim. Only plain path characters
+# are accepted; ':' is escaped for fio.
+_TARGET_RE = re.compile(r"/[A-Za-z0-9._+@%=/:-]*")
+_TARGET_MAX = 1024
+_BS_RE = re.compile(r"[1-9][0-9]{0,9}[kKmM]?")
+_MAX_SECONDS = 86400.0  # any duration above a day is a typo (and 1e300 overflows fio's ms)
+_MAX_SIZE_MIB = 16 * 1024 * 1024  # 16 TiB: beyond any local NVMe
+
+
+def target_problem(target: str) -> str | None:
+    """Why ``target`` cannot be given to fio and the node scripts, or None if it can."""
+    if not isinstance(target, str) or not target.startswith("/"):
+        return f"must be an absolute path, got {_short(target)!r}"
+    if len(target) > _TARGET_MAX:
+        return f"is longer than {_TARGET_MAX} characters"
+    if not _TARGET_RE.fullmatch(target):
+        bad = "".join(sorted({c for c in target if not _TARGET_RE.fullmatch("/" + c)}))
+        return (
+            f"{_short(target)!r} is not a plain absolute path, it contains {bad!r}: use "
+            "letters, digits and ._+@%=/:- only (fio cuts option values at ';' and '#')"
+        )
+    return None
+
+
+def _short(text: object, limit: int = 80) -> str:
+    """At most ``limit`` characters of ``text`` for an error line (a 5,000-char name is noise)."""
+    s = str(text)
+    return s if len(s) <= limit else s[: limit - 3] + "..."
+
+
 def validate(p: Policy) -> Policy:
-    """Range checks that types alone cannot express."""
+    """Range checks that types alone cannot express (every key named in its message)."""
+    pp, v, t = p.probe, p.verdict, p.transport
+    bad_target = target_problem(pp.target)
     checks = [
-        (p.probe.size_mib > 0, "probe.size_mib must be > 0"),
-        (p.probe.runtime_s > 0, "probe.runtime_s must be > 0"),
-        (p.probe.ramp_s >= 0, "probe.ramp_s must be >= 0"),
-        (1 <= p.probe.iodepth <= 1024, "probe.iodepth must be within 1..1024"),
-        (p.probe.target.startswith("/"), "probe.target must be an absolute path"),
-        (p.verdict.max_write_read_ratio > 1, "verdict.max_write_read_ratio must be > 1"),
-        (0 < p.verdict.shared_cause_fraction <= 1, "verdict.shared_cause_fraction in (0, 1]"),
-        (p.verdict.min_peers >= 2, "verdict.min_peers must be >= 2"),
-        (p.probe.layout_min_mb_s > 0, "probe.layout_min_mb_s must be > 0"),
-        (p.verdict.history_max_age_days >= 0, "verdict.history_max_age_days must be >= 0"),
-        (p.verdict.fleet_window_h >= 0, "verdict.fleet_window_h must be >= 0"),
-        (p.verdict.fleet_max >= 0, "verdict.fleet_max must be >= 0"),
-        (p.verdict.shared_outlier_factor > 1, "verdict.shared_outlier_factor must be > 1"),
-        (p.verdict.tail_min_factor > 1, "verdict.tail_min_factor must be > 1"),
-        (p.verdict.tail_floor_ms >= 0, "verdict.tail_floor_ms must be >= 0"),
-        (p.verdict.confirm_references >= 0, "verdict.confirm_references must be >= 0"),
-        (p.transport.concurrency >= 1, "transport.concurrency must be >= 1"),
-        (p.transport.command_timeout_s > 0, "transport.command_timeout_s must be > 0"),
+        (bad_target is None, f"probe.target {bad_target}"),
+        (0 < pp.size_mib <= _MAX_SIZE_MIB, f"probe.size_mib must be within 1..{_MAX_SIZE_MIB}"),
+        (0 < pp.runtime_s <= _MAX_SECONDS, "probe.runtime_s must be > 0 and <= 86400"),
+        (0 <= pp.ramp_s <= _MAX_SECONDS, "probe.ramp_s must be >= 0 and <= 86400"),
+        (pp.runtime_s * 1000 >= 1, "probe.runtime_s must be at least 0.001"),
+        (1 <= pp.iodepth <= 1024, "probe.iodepth must be within 1..1024"),
+        (bool(_BS_RE.fullmatch(pp.seq_bs)), "probe.seq_bs must be a block size like 1M or 4k"),
+        (bool(_BS_RE.fullmatch(pp.rand_bs)), "probe.rand_bs must be a block size like 4k"),
+        (0 <= pp.min_free_mib <= _MAX_SIZE_MIB, "probe.min_free_mib must be >= 0"),
+        (1 <= pp.iostat_interval_s <= 3600, "probe.iostat_interval_s must be within 1..3600"),
+        (v.min_read_mb_s >= 0, "verdict.min_read_mb_s must be >= 0"),
+        (v.min_write_mb_s >= 0, "verdict.min_write_mb_s must be >= 0"),
+        (v.min_rand_read_iops >= 0, "verdict.min_rand_read_iops must be >= 0"),
+        (v.max_write_read_ratio > 1, "verdict.max_write_read_ratio must be > 1"),
+        (0 < v.max_slow_fraction <= 1, "verdict.max_slow_fraction must be in (0, 1]"),
+        (v.max_r_await_ms >= 0, "verdict.max_r_await_ms must be >= 0"),
+        (v.z_threshold > 0, "verdict.z_threshold must be > 0"),
+        (0 <= v.mad_floor_fraction <= 1, "verdict.mad_floor_fraction must be in [0, 1]"),
+        (v.min_peers >= 2, "verdict.min_peers must be >= 2"),
+        (0 < v.min_peer_drop <= 1, "verdict.min_peer_drop must be in (0, 1]"),
+        (0 < v.shared_cause_fraction <= 1, "verdict.shared_cause_fraction in (0, 1]"),
+        (0 <= v.history_runs <= 1000, "verdict.history_runs must be within 0..1000"),
+        (0 <= v.history_drop <= 1, "verdict.history_drop must be in [0, 1]"),
+        (1 <= t.concurrency <= 65536, "transport.concurrency must be within 1..65536"),
+        (0 < t.connect_timeout_s <= 3600, "transport.connect_timeout_s must be in (0, 3600]"),
+        (
+            0 < t.command_timeout_s <= _MAX_SECONDS,
+            "transport.command_timeout_s must be > 0 and <= 86400",
+        ),
+        (bool(p.store.url), "store.url must not be empty"),
+        (p.store.spool_dir.startswith("/"), "store.spool_dir must be an absolute path"),
+        (pp.layout_min_mb_s > 0, "probe.layout_min_mb_s must be > 0"),
+        (v.history_max_age_days >= 0, "verdict.history_max_age_days must be >= 0"),
+        (v.fleet_window_h >= 0, "verdict.fleet_window_h must be >= 0"),
+        (v.fleet_max >= 0, "verdict.fleet_max must be >= 0"),
+        (v.shared_outlier_factor > 1, "verdict.shared_outlier_factor must be > 1"),
+        (v.tail_min_factor > 1, "verdict.tail_min_factor must be > 1"),
+        (v.tail_floor_ms >= 0, "verdict.tail_floor_ms must be >= 0"),
+        (v.confirm_references >= 0, "verdict.confirm_references must be >= 0"),
         *_slurm_checks(p),
     ]
+    sections = (pp, v, t, p.store, p.slurm, p.prolog, p.sweep)
+    for section in sections:  # NaN/inf pass every comparison above or below
+        for f in dataclasses.fields(section):
+            value = getattr(section, f.name)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ConfigError(f"config key {_section_name(section)}.{f.name} must be finite")
     for ok, message in checks:
         if not ok:
             raise ConfigError(message)
@@ -271,6 +341,10 @@ def _slurm_checks(p: Policy) -> list[tuple[bool, str]]:
     ]
 
 
+def _section_name(obj: object) -> str:
+    return next(name for name, cls in _SECTIONS.items() if isinstance(obj, cls))
+
+
 def load_policy(path: str | os.PathLike[str] | None = None) -> Policy:
     """Load the policy: ``path`` (--config), else $SCREENER_CONFIG, else the default path if
     it exists, else built-in defaults. The same rule for every command and hook, so a site
@@ -281,14 +355,40 @@ def load_policy(path: str | os.PathLike[str] | None = None) -> Policy:
         if not DEFAULT_CONFIG_PATH.exists():
             return Policy()
         path = DEFAULT_CONFIG_PATH
+    if not os.fspath(path):
+        raise ConfigError("config path is empty (give a file, or leave --config out)")
+    shown = _short(os.fspath(path), 200)
     try:
         with open(path, "rb") as fh:
             data = tomllib.load(fh)
     except FileNotFoundError:
-        raise ConfigError(f"config file {path} does not exist") from None
+        raise ConfigError(f"config file {shown} does not exist") from None
+    except IsADirectoryError:
+        raise ConfigError(f"config file {shown} is a directory, not a file") from None
+    except PermissionError:
+        raise ConfigError(f"config file {shown} is not readable (permission denied)") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"config file {shown} is not UTF-8 text (binary?)") from None
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+        raise ConfigError(f"config file {shown} is not valid TOML: {exc}") from None
+    except (OSError, ValueError) as exc:
+        why = getattr(exc, "strerror", None) or type(exc).__name__
+        raise ConfigError(f"cannot read config file {shown}: {why}") from None
     return policy_from_dict(data)
+
+
+def redact_url(url: str) -> str:
+    """``url`` with any password replaced by ``***`` (also when the URL does not parse).
+
+    Everything from the first ':' after the user name up to the LAST '@' is hidden, so a
+    password with an unencoded '@', '/' or ':' is never shown in part.
+    """
+    head, sep, rest = url.partition("://")
+    if not sep or "@" not in rest:
+        return url
+    userinfo, _, hostpart = rest.rpartition("@")
+    user, colon, _ = userinfo.partition(":")
+    return f"{head}://{user}{':***' if colon else ''}@{hostpart}"
 
 
 def database_url(policy: Policy) -> str:

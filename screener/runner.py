@@ -10,8 +10,9 @@ import contextlib
 import os
 import signal
 import subprocess
+import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from screener.errors import CommandTimeout, ConfigError, TransportError
 from screener.transport.base import CommandResult
@@ -30,13 +31,15 @@ def run_command(
     input: str | None = None,
     env: Mapping[str, str] | None = None,
     host: str = "localhost",
+    on_start: Callable[[int], None] | None = None,
 ) -> CommandResult:
     """Run ``argv`` (no shell), wait at most ``timeout`` s, return its exit status and output.
 
     ``env`` entries are added to (override) the current environment. A non-zero exit is
     returned (a child killed by signal N reports 128+N, as a shell and ssh do); a missing
     executable raises TransportError(kind="failed"); an overrun kills the child's whole
-    process group and raises CommandTimeout.
+    process group and raises CommandTimeout. ``on_start`` receives the child's pid (= its
+    process group id) as soon as it runs, so a caller that gives up can :func:`stop_group`.
     """
     args = tuple(argv)
     if not args:
@@ -60,6 +63,8 @@ def run_command(
         raise TransportError(host, "failed", f"{args[0]}: command not found") from None
     except OSError as exc:
         raise TransportError(host, "failed", f"{args[0]}: {exc.strerror or exc}") from None
+    if on_start is not None:
+        on_start(proc.pid)
     try:
         stdout, stderr = proc.communicate(input=input, timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -98,3 +103,15 @@ def _signal_group(pgid: int, sig: signal.Signals) -> None:
     """Send ``sig`` to process group ``pgid``; a group that is already gone is fine."""
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pgid, sig)
+
+
+def stop_group(pgid: int) -> None:
+    """SIGTERM process group ``pgid`` now and SIGKILL it after KILL_GRACE_S, without waiting.
+
+    For a caller that stops waiting on :func:`run_command` (a cancelled screen): the thread
+    blocked in ``run_command`` then sees its child exit and reaps it.
+    """
+    _signal_group(pgid, signal.SIGTERM)
+    timer = threading.Timer(KILL_GRACE_S, _signal_group, (pgid, signal.SIGKILL))
+    timer.daemon = True
+    timer.start()

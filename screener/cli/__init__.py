@@ -4,25 +4,27 @@ One module per command family (screen, queries, db, ...); each registers its sub
 with ``register(sub)`` and sets ``handler`` to a function ``(args, console) -> exit code``.
 
 Exit codes: 0 done and no node SLOW; 3 screen done and at least one node SLOW;
-1 error (one line on stderr); 2 bad usage; 130 interrupted.
+1 error (one line on stderr); 2 bad usage; 130 interrupted (SIGINT); 143 terminated (SIGTERM).
 """
 
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+import threading
 from collections.abc import Sequence
 
 from rich.console import Console
 
 from screener import __version__
-from screener.cli import db, ingest, queries, screen, slurm
+from screener.cli import db, ingest, queries, screen, slurm, spool
 from screener.cli.common import EXIT_SLOW
-from screener.errors import ScreenerError
+from screener.errors import ScreenerError, Terminated
 
 __all__ = ["EXIT_SLOW", "main"]
 
-FAMILIES = (screen, queries, db, slurm, ingest)
+FAMILIES = (screen, queries, db, slurm, spool, ingest)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -41,6 +43,10 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `screener` console script."""
     args = _parser().parse_args(argv)
+    if threading.current_thread() is threading.main_thread():
+        # Slurm's PrologEpilogTimeout sends SIGTERM: stop like on Ctrl-C (run marked failed,
+        # probes stopped on the nodes), say so in one line, exit 143.
+        signal.signal(signal.SIGTERM, _terminate)
     # Piped output (logs, `| less`) gets a wide table instead of rich's 80-column default.
     console = Console(width=None if sys.stdout.isatty() else 200)
     try:
@@ -51,3 +57,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("screener: interrupted", file=sys.stderr)
         return 130
+    except Terminated as exc:
+        print(f"screener: {exc}", file=sys.stderr)
+        return 128 + exc.signum
+
+
+def _terminate(signum: int, _frame: object) -> None:
+    raise Terminated(signum)

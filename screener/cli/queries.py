@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from rich.console import Console
 
-from screener.cli.common import Subparsers
+from screener.cli.common import Subparsers, check_count, check_days, check_limit
 from screener.policy import load_policy
 
 
@@ -34,13 +34,18 @@ def run(args: argparse.Namespace, console: Console) -> int:
     from screener import app, report
     from screener.nodes import validate_node
 
+    if args.command == "flaky":
+        check_days(args.days)
+        check_count(args.min_transitions, "--min-transitions")
+    else:
+        check_limit(args.limit)
+    node = validate_node(args.node) if args.command == "history" else ""
     policy = load_policy(args.config)
     rows: Sequence[object]
     with app.open_results(policy) as store:
         if args.command == "runs":
             title, rows = "latest runs", store.latest_runs(args.limit)
         elif args.command == "history":
-            node = validate_node(args.node)
             title, rows = f"history of {node}", store.node_history(node, args.limit)
         else:
             since = app.flaky_since(args.days)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from rich.console import Console
 
@@ -10,6 +11,7 @@ from screener.cli.common import EXIT_SLOW, Subparsers
 from screener.errors import ConfigError, ScreenerError, StoreError
 from screener.model import Trigger
 from screener.policy import load_policy
+from screener.spool import SPOOLED_NOTE
 
 
 def register(sub: Subparsers) -> None:
@@ -59,7 +61,10 @@ def run(args: argparse.Namespace, console: Console) -> int:
         print(report.result_json(result))
     else:
         report.print_result(result, console)
-    if result.store_error:  # the figures are printed above; say they were not all stored
+    if result.store_error and SPOOLED_NOTE in result.store_error:
+        # Nothing lost: the next run (or `screener spool replay`) stores them.
+        print(f"screener: warning: {result.store_error}", file=sys.stderr)
+    elif result.store_error:  # the figures are printed above; say they were not all stored
         raise StoreError(f"results above not stored: {result.store_error}")
     if args.local and (failure := report.local_failure(result)):
         raise ScreenerError(failure)  # screening this machine failed: say why, exit 1

@@ -16,7 +16,7 @@ from typing import Any
 
 from screener.errors import ConfigError, ProbeError
 from screener.model import FioJobResult, FioRun
-from screener.policy import ProbePolicy
+from screener.policy import ProbePolicy, target_problem
 
 JOBS = ("seq_write", "seq_read", "rand_read")
 PROBE_FILE = ".screener-probe"  # name of the probe file inside policy.target
@@ -92,7 +92,9 @@ def fio_argv(policy: ProbePolicy, jobs: Sequence[str] = JOBS, fio: str = "fio") 
         # No progress lines: if the transport ever allocates a tty, ETA lines would otherwise
         # be interleaved with the JSON on stdout.
         "--eta=never",
-        # One file in the target filesystem; ':' separates file names in fio, so escape it.
+        # One file in the target filesystem. fio cuts every option value at ';' and '#'
+        # (comments) and splits file names at ':'; targets with ';', '#' or anything but
+        # [A-Za-z0-9._+@%=/:-] are refused by _check_policy, and ':' is escaped here.
         f"--filename={_fio_escape(probe_file(policy))}",
         # Region size in bytes (no suffix, so fio's kb_base cannot change its meaning).
         f"--size={policy.size_mib * 1024 * 1024}",
@@ -143,7 +145,16 @@ def layout_argv(policy: ProbePolicy, fio: str = "fio") -> list[str]:
     """
     # Only seq_write carries --overwrite=1, the option that makes the layout write real data.
     # --create_only: run fio's setup phase (the layout) and no job.
-    return [*fio_argv(policy, ("seq_write",), fio), "--create_only=1"]
+    # fio has no file-mode option: the layout creates the probe file, so it runs under
+    # umask 077 (mode 0600: no other user on the node can read or replace the region).
+    # "$0" "$@" is fio's own argv, never re-parsed by the shell.
+    return [
+        "sh",
+        "-c",
+        'umask 077 && exec "$0" "$@"',
+        *fio_argv(policy, ("seq_write",), fio),
+        "--create_only=1",
+    ]
 
 
 def _seq_write(policy: ProbePolicy) -> list[str]:
@@ -198,8 +209,9 @@ def _check_policy(p: ProbePolicy) -> None:
     for key, bs in (("seq_bs", p.seq_bs), ("rand_bs", p.rand_bs)):
         if not _BS_RE.match(bs):
             raise ConfigError(f"probe.{key} {bs!r} is not a block size like 4k or 1M")
-    if not p.target.startswith("/") or any(c in p.target for c in "\0\n"):
-        raise ConfigError("probe.target must be an absolute path")
+    bad = target_problem(p.target)
+    if bad:
+        raise ConfigError(f"probe.target {bad}")
     if p.size_mib <= 0 or p.iodepth < 1 or p.runtime_s <= 0 or p.ramp_s < 0:
         raise ConfigError("probe size, iodepth and runtime must be positive, ramp >= 0")
 

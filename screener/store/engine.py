@@ -10,7 +10,7 @@ import functools
 import importlib.metadata
 import json
 import os
-import re
+import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -21,6 +21,7 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError, SQLAlchemyError
 
 from screener.errors import StoreError
+from screener.policy import redact_url
 
 SQLITE_BUSY_TIMEOUT_S = 30.0  # concurrent prolog hooks queue for the write lock this long
 PG_CONNECT_TIMEOUT_S = 10  # an unreachable server fails within this, not TCP's minutes
@@ -31,7 +32,6 @@ _DRIVERS = {
     "postgresql": "postgresql+psycopg",  # SQLAlchemy's default (psycopg2) is not installed
     "postgresql+psycopg": "postgresql+psycopg",
 }
-_PASSWORD = re.compile(r"(://[^:/@]*:)[^/]*@")  # up to the last @ of the authority
 
 
 def screener_version() -> str:
@@ -44,7 +44,7 @@ def screener_version() -> str:
 
 def redact(url: str) -> str:
     """The URL with any password replaced by ***, for messages (works on unparseable URLs)."""
-    return _PASSWORD.sub(r"\1***@", url)
+    return redact_url(url)
 
 
 def parse_url(url: str) -> URL:
@@ -58,6 +58,13 @@ def parse_url(url: str) -> URL:
     if driver is None:
         raise StoreError(
             f"database driver {parsed.drivername!r} is not supported; expected {EXAMPLES}"
+        )
+    if parsed.host and "@" in parsed.host:
+        # An unencoded '@' in the password: the driver would try to resolve the password's
+        # tail as a host name and print it. Refuse before anything connects.
+        raise StoreError(
+            f"database URL {redact(url)!r} has an unencoded '@' in its user or password: "
+            "write it as %40"
         )
     return parsed.set(drivername=driver)
 
@@ -79,13 +86,27 @@ def sqlite_path(url: URL) -> Path | None:
     return Path(db)
 
 
-def check_sqlite_path(path: Path, *, create_dir: bool) -> None:
+def check_sqlite_path(path: Path, *, create_dir: bool, readonly: bool = False) -> None:
     """Refuse a database file whose directory is missing or not writable (SQLite's own
-    message is only "unable to open database file"). WAL needs the directory writable too."""
+    message is only "unable to open database file"). WAL needs the directory writable too.
+    A read-only open only needs the file readable (a copy on a read-only mount is fine)."""
     try:
-        _check_sqlite_path(path, create_dir=create_dir)
+        if readonly:
+            _check_readable(path)
+        else:
+            _check_sqlite_path(path, create_dir=create_dir)
     except OSError as exc:  # e.g. a parent directory we may not even look into
         raise StoreError(f"cannot use database path {path}: {exc.strerror}") from None
+
+
+def _check_readable(path: Path) -> None:
+    parent = path.absolute().parent
+    if path.is_dir():
+        raise StoreError(f"database path {path} is a directory, not a file")
+    if not parent.is_dir():
+        raise StoreError(f"database directory {parent} does not exist: run `screener db upgrade`")
+    if path.exists() and not os.access(path, os.R_OK):
+        raise StoreError(f"database file {path} is not readable")
 
 
 def _check_sqlite_path(path: Path, *, create_dir: bool) -> None:
@@ -109,16 +130,22 @@ def _check_sqlite_path(path: Path, *, create_dir: bool) -> None:
         raise StoreError(f"database file {path} is not readable and writable")
 
 
-def make_engine(url: str, *, create_dir: bool = False) -> Engine:
-    """An Engine for ``url`` with our per-backend settings; nothing is connected yet."""
+def make_engine(url: str, *, create_dir: bool = False, readonly: bool = False) -> Engine:
+    """An Engine for ``url`` with our per-backend settings; nothing is connected yet.
+
+    ``readonly`` (admin queries) opens an SQLite file with ``mode=ro``: it never changes the
+    file (no WAL switch, no -wal/-shm on a read-only mount) and never waits for a writer.
+    """
     parsed = parse_url(url)
     path = sqlite_path(parsed)
     if path is not None:
-        check_sqlite_path(path, create_dir=create_dir)
+        check_sqlite_path(path, create_dir=create_dir, readonly=readonly)
     # NaN is not JSON and PostgreSQL refuses it; refuse it on SQLite too, to match.
     kwargs: dict[str, Any] = {"json_serializer": functools.partial(json.dumps, allow_nan=False)}
     if parsed.get_backend_name() == "sqlite":
         kwargs["connect_args"] = {"timeout": SQLITE_BUSY_TIMEOUT_S}
+        if readonly and path is not None:
+            kwargs["creator"] = functools.partial(_connect_readonly, path)
     else:
         if "connect_timeout" not in parsed.query:
             kwargs["connect_args"] = {"connect_timeout": PG_CONNECT_TIMEOUT_S}
@@ -128,8 +155,22 @@ def make_engine(url: str, *, create_dir: bool = False) -> Engine:
     except (NoSuchModuleError, ImportError) as exc:
         raise StoreError(f"database driver {parsed.drivername!r} is not usable: {exc}") from None
     if parsed.get_backend_name() == "sqlite":
-        _sqlite_events(engine, wal=path is not None)
+        _sqlite_events(engine, wal=path is not None and not readonly)
     return engine
+
+
+def _connect_readonly(path: Path) -> sqlite3.Connection:
+    """A read-only SQLite connection; ``immutable`` when the directory is read-only (then no
+    -shm file can exist or be created, and nothing can change the file under us)."""
+    from urllib.parse import quote
+
+    flags = "mode=ro" if os.access(path.absolute().parent, os.W_OK) else "immutable=1"
+    return sqlite3.connect(
+        f"file:{quote(str(path.absolute()))}?{flags}",
+        uri=True,
+        timeout=SQLITE_BUSY_TIMEOUT_S,
+        check_same_thread=False,
+    )
 
 
 def _sqlite_events(engine: Engine, *, wal: bool) -> None:
@@ -145,8 +186,11 @@ def _sqlite_events(engine: Engine, *, wal: bool) -> None:
         dbapi_conn.isolation_level = None  # we emit BEGIN ourselves (below)
         cur = dbapi_conn.cursor()
         cur.execute("PRAGMA foreign_keys = ON")  # off by default in SQLite
-        if wal:
-            cur.execute("PRAGMA journal_mode = WAL")  # readers do not block the writer
+        # WAL: readers do not block the writer. Only switched when not WAL yet: setting it
+        # takes a lock, so doing it on every connect made each command wait for any writer
+        # in progress (the 7-10 s stall before an error on a busy default database).
+        if wal and cur.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+            cur.execute("PRAGMA journal_mode = WAL")
         cur.close()
 
     @event.listens_for(engine, "begin")

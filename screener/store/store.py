@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from datetime import datetime
+from datetime import datetime, timedelta
 from itertools import groupby
 from types import TracebackType
 from typing import Any
@@ -292,6 +292,25 @@ class Store:
             for r in rows
         ]
 
+    def spooled_run(self, uid: str, started_at: datetime | None) -> tuple[int, str] | None:
+        """(id, status) of the run whose policy carries run tag ``uid`` (screener.spool), looked
+        up around ``started_at``, or among the latest 1,000 runs when that is not known."""
+        query = select(RunRecord.id, RunRecord.status, RunRecord.policy)
+        if started_at is not None:
+            at = _aware(started_at, "started_at")
+            query = query.where(
+                RunRecord.started_at >= at - timedelta(seconds=1),
+                RunRecord.started_at <= at + timedelta(seconds=1),
+            )
+        else:
+            query = query.order_by(RunRecord.id.desc()).limit(1000)
+        with self._read("look up a spooled run") as conn:
+            rows = conn.execute(query).all()
+        for run_id, status, policy in rows:
+            if isinstance(policy, dict) and policy.get("run_tag") == uid:
+                return int(run_id), str(status)
+        return None
+
     def latest_runs(self, limit: int) -> list[RunRow]:
         """The newest ``limit`` runs, newest first, with their verdicts counted."""
         with self._read("list runs") as conn:
@@ -502,10 +521,11 @@ def _run_row(r: Any, counts: Mapping[str, int]) -> RunRow:
     )
 
 
-def open_store(url: str, *, upgrade: bool = False) -> Store:
+def open_store(url: str, *, upgrade: bool = False, readonly: bool = False) -> Store:
     """A Store for ``url``; with ``upgrade`` first migrate to head (creating an SQLite file
-    and its directory), else refuse a database that is not at head."""
-    engine = make_engine(url, create_dir=upgrade)
+    and its directory), else refuse a database that is not at head. ``readonly`` (queries)
+    opens an SQLite file without ever changing it."""
+    engine = make_engine(url, create_dir=upgrade, readonly=readonly and not upgrade)
     try:
         if upgrade and _revision(engine) != schema_head():
             from screener.store.migrate import upgrade_engine  # Alembic only when needed

@@ -5,8 +5,10 @@ Also the one place where a remote argv becomes a command string (``remote_comman
 
 from __future__ import annotations
 
+import re
 import shlex
 from collections.abc import Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -22,6 +24,11 @@ TIMEOUT_EXIT_STATUSES = (124, 128 + 9)
 # Extra seconds the client waits past the command timeout for the node-side ``timeout``
 # to report (exit 124) before giving up on the channel itself.
 CLIENT_GRACE_S = 2.0
+# The run tag every remote command of a screen carries in its environment (SCREENER_RUN=tag),
+# so that what a killed run left on a node can be found and stopped by pid, never by name.
+RUN_TAG: ContextVar[str | None] = ContextVar("screener_run_tag", default=None)
+TAG_ENV = "SCREENER_RUN"
+TAG_RE = re.compile(r"[A-Za-z0-9-]{1,64}")
 
 
 @dataclass(frozen=True)
@@ -76,7 +83,14 @@ def remote_command(argv: Sequence[str], timeout: float) -> str:
     """
     if not argv:
         raise ConfigError("cannot run an empty command")
+    tag = RUN_TAG.get()
+    if tag is not None and not TAG_RE.fullmatch(tag):
+        raise ConfigError(f"invalid run tag {tag!r}")
+    # env puts the run tag in the environment of timeout and everything under it (fio,
+    # iostat, their shells): screener.transport.cleanup finds those processes by it.
+    tagged = ["env", f"{TAG_ENV}={tag}"] if tag else []
     wrapped = [
+        *tagged,
         "timeout",
         # Dropping the channel does not stop a remote process (no pty => no SIGHUP), so an
         # overrunning fio would keep hammering the node after the client gave up. timeout

@@ -7,8 +7,8 @@ import socket
 from collections.abc import Sequence
 
 from screener.errors import TransportError
-from screener.runner import run_command
-from screener.transport.base import CommandResult
+from screener.runner import run_command, stop_group
+from screener.transport.base import RUN_TAG, TAG_ENV, CommandResult
 
 
 def local_names() -> frozenset[str]:
@@ -30,7 +30,22 @@ class LocalTransport:
             raise TransportError(
                 host, "unreachable", f"local transport only runs on this host ({known})"
             )
-        return await asyncio.to_thread(run_command, argv, timeout=timeout, host=host)
+        tag = RUN_TAG.get()
+        pids: list[int] = []
+        try:
+            return await asyncio.to_thread(
+                run_command,
+                argv,
+                timeout=timeout,
+                host=host,
+                # Same tag as remote commands: a run killed with SIGKILL is cleaned up alike.
+                env={TAG_ENV: tag} if tag else None,
+                on_start=pids.append,
+            )
+        except asyncio.CancelledError:  # SIGINT/SIGTERM: stop fio now, do not wait for it
+            for pid in pids:
+                stop_group(pid)
+            raise
 
     async def close(self) -> None:
         """Nothing to release: every command is its own subprocess."""
