@@ -8,7 +8,8 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 # Debian packages the probes, the emulated cluster and the tests need.
 APT_PKGS := fio sysstat nvme-cli openssh-server openssh-client slurm-wlm slurm-client munge \
-            clustershell e2fsprogs util-linux iproute2 procps postgresql-client
+            clustershell e2fsprogs util-linux iproute2 procps postgresql-client \
+            chromium prometheus
 APT_STAMP := $(VENV)/.apt-stamp
 PIP_STAMP := $(VENV)/.pip-stamp
 PG_VERSION_DIR := $(shell ls /etc/postgresql 2>/dev/null | head -n1)

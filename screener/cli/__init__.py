@@ -1,6 +1,6 @@
 """The `screener` command: parse, call, print. No decisions are made here.
 
-One module per command family (screen, queries, db, ...); each registers its subcommands
+One module per command family (screen, admin, observe, db); each registers its subcommands
 with ``register(sub)`` and sets ``handler`` to a function ``(args, console) -> exit code``.
 
 Exit codes: 0 done and no node SLOW; 3 screen done and at least one node SLOW;
@@ -16,13 +16,13 @@ from collections.abc import Sequence
 from rich.console import Console
 
 from screener import __version__
-from screener.cli import db, queries, screen
+from screener.cli import admin, db, observe, screen
 from screener.cli.common import EXIT_SLOW
 from screener.errors import ScreenerError
 
 __all__ = ["EXIT_SLOW", "main"]
 
-FAMILIES = (screen, queries, db)
+FAMILIES = (screen, admin, observe, db)
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -16,7 +16,6 @@ from typing import Any
 from sqlalchemy import Connection, CursorResult, Engine, func, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import SQLAlchemyError
-from sqlalchemy.orm import aliased
 
 from screener.errors import StoreError
 from screener.model import NodeProbe, RunSummary, Status, Trigger, Verdict
@@ -393,24 +392,9 @@ class Store:
 
     def latest_verdicts(self) -> list[LatestVerdictRow]:
         """Each node's most recent verdict (prolog runs cover only some nodes), by node."""
-        other = aliased(VerdictRecord)
-        newest = (
-            select(func.max(other.started_at))
-            .where(other.node_id == VerdictRecord.node_id)
-            .scalar_subquery()
-        )
-        with self._read("read the latest verdicts") as conn:
-            rows = conn.execute(
-                select(NodeRecord.name, VerdictRecord)
-                .join(VerdictRecord, VerdictRecord.node_id == NodeRecord.id)
-                .where(VerdictRecord.started_at == newest)
-                .order_by(NodeRecord.name, VerdictRecord.run_id)
-            ).all()
-        latest = {r.name: r for r in rows}  # same start time twice: the later run id wins
-        return [
-            LatestVerdictRow(r.run_id, r.started_at, convert.verdict_from_row(n, r._mapping))
-            for n, r in latest.items()
-        ]
+        from screener.store import views  # the admin read side lives there
+
+        return views.latest_verdicts(self)
 
     def node_events(self, node: str | None = None, limit: int = 50) -> list[EventRow]:
         """Latest events, newest first, for one node or for all."""

@@ -1,0 +1,136 @@
+"""Admin queries over the store: `nodes`, `history NODE`, `flaky`, `runs`, `show RUN`.
+
+Each prints a rich table, or with ``--json`` / ``--csv`` the same rows for scripts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
+
+from rich.console import Console
+
+from screener.cli.common import Subparsers
+from screener.errors import ConfigError
+from screener.policy import load_policy
+
+if TYPE_CHECKING:  # the store (SQLAlchemy) is imported only when a command runs
+    from screener.store.rows import RunDetail
+
+_SINCE = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
+_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def parse_since(text: str) -> timedelta:
+    """'30d', '12h', '2w', '90m' -> a positive timedelta; ConfigError otherwise."""
+    m = _SINCE.fullmatch(text.strip())
+    if m is None or float(m.group(1)) <= 0:
+        raise ConfigError(f"--since must be a positive duration like 30d, 12h or 2w, not {text!r}")
+    return timedelta(seconds=float(m.group(1)) * _UNIT_S[m.group(2)])
+
+
+def _output_flags(p: argparse.ArgumentParser) -> None:
+    fmt = p.add_mutually_exclusive_group()
+    fmt.add_argument("--json", action="store_true", help="print the rows as JSON")
+    fmt.add_argument("--csv", action="store_true", help="print the rows as CSV")
+
+
+def register(sub: Subparsers) -> None:
+    n = sub.add_parser("nodes", help="every node: latest verdict, figures, probe age, drains")
+    _output_flags(n)
+    n.set_defaults(handler=run)
+
+    h = sub.add_parser("history", help="one node's verdicts, newest first")
+    h.add_argument("node")
+    h.add_argument("--since", default="30d", help="window, e.g. 30d, 12h (default 30d)")
+    _output_flags(h)
+    h.set_defaults(handler=run)
+
+    f = sub.add_parser("flaky", help="nodes with repeated slow episodes, worst first")
+    f.add_argument("--since", default="30d", help="window, e.g. 30d, 2w (default 30d)")
+    f.add_argument("--min-episodes", type=int, default=2, help="at least this many (default 2)")
+    _output_flags(f)
+    f.set_defaults(handler=run)
+
+    r = sub.add_parser("runs", help="latest runs with their verdict counts")
+    r.add_argument("--limit", type=int, default=20)
+    _output_flags(r)
+    r.set_defaults(handler=run)
+
+    s = sub.add_parser("show", help="one run: nodes, figures, signals, reasons, drains")
+    s.add_argument("run_id", metavar="RUN", type=int)
+    _output_flags(s)
+    s.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace, console: Console) -> int:
+    from screener import app
+    from screener.nodes import validate_node
+    from screener.store import views
+
+    policy = load_policy(args.config)
+    now = datetime.now(UTC)
+    rows: Sequence[object]
+    header: list[str] = []
+    with app.open_results(policy) as store:
+        if args.command == "nodes":
+            title, rows = "nodes", views.node_overview(store, now)
+        elif args.command == "history":
+            node = validate_node(args.node)
+            since = parse_since(args.since)
+            title = f"history of {node}, last {args.since}"
+            rows = views.node_history(store, node, now - since)
+        elif args.command == "flaky":
+            if args.min_episodes < 1:
+                raise ConfigError("--min-episodes must be >= 1")
+            since = parse_since(args.since)
+            title = f"flaky nodes, last {args.since}, >= {args.min_episodes} episodes"
+            rows = views.flaky(store, now - since, args.min_episodes)
+        elif args.command == "runs":
+            if args.limit < 1:
+                raise ConfigError("--limit must be >= 1")
+            title, rows = "latest runs", store.latest_runs(args.limit)
+        else:
+            detail = views.run_detail(store, args.run_id)
+            title, rows = f"run {args.run_id}", detail.nodes
+            header = _run_header(detail)
+    _emit(args, console, title, rows, header)
+    return 0
+
+
+def _run_header(d: RunDetail) -> list[str]:
+    """The lines above `show RUN`'s table: trigger, job, times, fleet flags."""
+    r = d.run
+    lines = [
+        f"run {r.id}: {r.trigger.value} job={r.job_id or '-'} nodes={r.nodeset} "
+        f"status={r.status} started={r.started_at:%Y-%m-%d %H:%M:%S}Z",
+        f"peer read median: {d.peer_read_median_mb_s or 0:,.0f} MB/s; "
+        f"{r.n_ok} OK, {r.n_slow} SLOW, {r.n_degraded} DEGRADED, {r.n_unknown} UNKNOWN",
+    ]
+    if r.shared_cause:
+        lines.append(f"shared cause: {r.shared_cause_reason}")
+    if d.guard_reason:
+        lines.append(f"guard tripped: {d.guard_reason}")
+    return lines
+
+
+def _emit(
+    args: argparse.Namespace,
+    console: Console,
+    title: str,
+    rows: Sequence[object],
+    header: Sequence[str],
+) -> None:
+    from screener import report
+
+    if args.json:
+        print(report.rows_json(rows))
+    elif args.csv:
+        print(report.rows_csv(rows), end="")
+    else:
+        for line in header:
+            console.print(line, highlight=False)
+        console.print(report.rows_table(title, rows))
