@@ -10,6 +10,7 @@ as a dashed line), iostat r_await per node over the probe, and the verdict table
 from __future__ import annotations
 
 import html
+import math
 from collections import defaultdict
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -30,6 +31,8 @@ COLOURS = {
     Status.UNKNOWN: "#7f7f7f",
 }
 MEDIAN_COLOUR = "#2ca02c"
+WRITE_COLOUR = "#c7c7c7"
+BAR_LIMIT = 64  # more nodes than this: a scatter instead of bars
 
 _CSS = """
 body { font-family: sans-serif; margin: 1.5em; color: #222; }
@@ -48,42 +51,73 @@ def _slow(status: Status) -> bool:
 
 
 def bandwidth_figure(detail: RunDetail) -> go.Figure:
-    """Read vs write bandwidth per node, one trace per status, the peer median dashed."""
+    """Read and write bandwidth per node: grouped bars up to BAR_LIMIT nodes, else a read
+    vs write scatter; slow nodes in red, the peer read median as a dashed line. Log scale:
+    a slow node reads 8x to 1,000x below its peers and must stay visible."""
+    nodes = [n for n in detail.nodes if n.read_mb_s is not None and n.write_mb_s is not None]
+    fig = _bars(nodes) if len(nodes) <= BAR_LIMIT else _scatter(nodes)
+    median = detail.peer_read_median_mb_s
+    if median is not None and median > 0:
+        fig.add_hline(y=median, line={"color": MEDIAN_COLOUR, "dash": "dash", "width": 2})
+        fig.add_annotation(  # on a log axis an annotation's y is log10 of the value
+            x=1,
+            xref="paper",
+            xanchor="right",
+            y=math.log10(median),
+            yanchor="bottom",
+            text=f"peer read median {median:,.0f} MB/s",
+            showarrow=False,
+            font={"color": MEDIAN_COLOUR},
+        )
+    fig.update_layout(height=480, template="plotly_white", legend={"orientation": "h", "y": 1.1})
+    fig.update_yaxes(type="log", dtick=1, title="MB/s (log scale)")
+    return fig
+
+
+def _bars(nodes: Sequence[RunNodeRow]) -> go.Figure:
+    fig = go.Figure()
+    names = [n.node for n in nodes]
+    fig.add_trace(
+        go.Bar(
+            x=names,
+            y=[n.read_mb_s for n in nodes],
+            name="read (red: slow)",
+            marker={"color": [COLOURS[n.status] for n in nodes]},
+            text=[f"{n.read_mb_s:,.0f}" if _slow(n.status) else "" for n in nodes],
+            textposition="outside",
+            hovertext=[f"{n.node} {n.status.value}: {n.reason}" for n in nodes],
+            hoverinfo="text+y",
+        )
+    )
+    fig.add_trace(
+        go.Bar(x=names, y=[n.write_mb_s for n in nodes], name="write", marker_color=WRITE_COLOUR)
+    )
+    fig.update_layout(title="Sequential read and write bandwidth per node", barmode="group")
+    return fig
+
+
+def _scatter(nodes: Sequence[RunNodeRow]) -> go.Figure:
     fig = go.Figure()
     by_status: dict[Status, list[RunNodeRow]] = defaultdict(list)
-    for n in detail.nodes:
-        if n.read_mb_s is not None and n.write_mb_s is not None:
-            by_status[n.status].append(n)
-    for status, nodes in sorted(by_status.items(), key=lambda kv: (_slow(kv[0]), kv[0].value)):
+    for n in nodes:
+        by_status[n.status].append(n)
+    for status, group in sorted(by_status.items(), key=lambda kv: (_slow(kv[0]), kv[0].value)):
         slow = _slow(status)
         fig.add_trace(
             go.Scatter(
-                x=[n.write_mb_s for n in nodes],
-                y=[n.read_mb_s for n in nodes],
+                x=[n.write_mb_s for n in group],
+                y=[n.read_mb_s for n in group],
                 mode="markers+text" if slow else "markers",
-                text=[n.node for n in nodes] if slow else None,
+                text=[n.node for n in group] if slow else None,
                 textposition="middle right",
-                hovertext=[f"{n.node}: {n.reason}" for n in nodes],
+                hovertext=[f"{n.node}: {n.reason}" for n in group],
                 hoverinfo="text",
-                name=f"{status.value} ({len(nodes)})",
-                marker={"color": COLOURS[status], "size": 14 if slow else 9},
+                name=f"{status.value} ({len(group)})",
+                marker={"color": COLOURS[status], "size": 12 if slow else 7},
             )
         )
-    if detail.peer_read_median_mb_s is not None:
-        fig.add_hline(
-            y=detail.peer_read_median_mb_s,
-            line={"color": MEDIAN_COLOUR, "dash": "dash", "width": 2},
-            annotation_text=f"peer read median {detail.peer_read_median_mb_s:,.0f} MB/s",
-        )
-    fig.update_layout(
-        title="Sequential read vs write bandwidth per node",
-        xaxis_title="write (MB/s)",
-        yaxis_title="read (MB/s)",
-        height=480,
-        template="plotly_white",
-    )
-    fig.update_yaxes(rangemode="tozero")
-    fig.update_xaxes(rangemode="tozero")
+    fig.update_layout(title="Sequential read vs write bandwidth per node")
+    fig.update_xaxes(title="write (MB/s)")
     return fig
 
 
@@ -117,11 +151,12 @@ def await_figure(probes: Sequence[NodeProbe], statuses: dict[str, Status]) -> go
         )
     fig.update_layout(
         title="iostat r_await during the probe (per node, probe device)",
-        xaxis_title="iostat interval",
+        xaxis_title="iostat interval (one sample per interval)",
         yaxis_title="r_await (ms)",
         height=420,
         template="plotly_white",
     )
+    fig.update_xaxes(dtick=1, rangemode="tozero")
     return fig
 
 

@@ -64,7 +64,9 @@ def _verdict(node: str, status: Status, read: float) -> Verdict:
     return Verdict(
         node=node,
         status=status,
-        reason=f"{node}: {status.value} read {read:,.0f} MB/s",
+        reason="unreachable: connection refused"
+        if status is Status.UNKNOWN
+        else f"{node}: {status.value} read {read:,.0f} MB/s",
         read_mb_s=None if status is Status.UNKNOWN else read,
         write_mb_s=None if status is Status.UNKNOWN else write,
         ratio=None if status is Status.UNKNOWN else write / read,
