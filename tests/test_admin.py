@@ -188,3 +188,18 @@ def test_cli_bad_input_is_one_line(
     res = _cli(env, *args)
     assert res.returncode == 1 and res.stderr.startswith("screener: error: ")
     assert message in res.stderr and len(res.stderr.strip().splitlines()) == 1
+
+
+def test_nodes_table_shows_what_needs_a_look(fleet: tuple[Store, Seeded]) -> None:
+    from screener.cli.admin import needs_a_look, nodes_summary
+
+    store, _ = fleet
+    rows = views.node_overview(store, NOW)
+    look = sorted(r.node for r in rows if needs_a_look(r, 2 * 86400))
+    assert look == [SLOW, "node05"]  # SLOW_READ and drained; UNKNOWN
+    # two days later every node is stale
+    later = views.node_overview(store, NOW + timedelta(days=3))
+    assert all(needs_a_look(r, 2 * 86400) for r in later)
+    assert nodes_summary(rows, 2 * 86400) == (
+        "8 nodes: 6 OK, 1 SLOW_READ, 1 UNKNOWN; 1 drained by screener; 0 stale"
+    )

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import re
+from collections import Counter
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
@@ -15,10 +16,11 @@ from rich.console import Console
 
 from screener.cli.common import Subparsers
 from screener.errors import ConfigError
+from screener.model import Status
 from screener.policy import load_policy
 
 if TYPE_CHECKING:  # the store (SQLAlchemy) is imported only when a command runs
-    from screener.store.rows import RunDetail
+    from screener.store.rows import NodeRow, RunDetail
 
 _SINCE = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -40,6 +42,10 @@ def _output_flags(p: argparse.ArgumentParser) -> None:
 
 def register(sub: Subparsers) -> None:
     n = sub.add_parser("nodes", help="every node: latest verdict, figures, probe age, drains")
+    n.add_argument(
+        "--all", action="store_true", help="table of every node, not only those needing a look"
+    )
+    n.add_argument("--stale", default="2d", help="a probe older than this needs a look (2d)")
     _output_flags(n)
     n.set_defaults(handler=run)
 
@@ -77,7 +83,13 @@ def run(args: argparse.Namespace, console: Console) -> int:
     header: list[str] = []
     with app.open_results(policy) as store:
         if args.command == "nodes":
-            title, rows = "nodes", views.node_overview(store, now)
+            rows = views.node_overview(store, now)
+            stale = parse_since(args.stale).total_seconds()
+            header = [nodes_summary(rows, stale)]
+            title = "nodes"
+            if not (args.all or args.json or args.csv):
+                rows = [r for r in rows if needs_a_look(r, stale)]
+                title = "nodes needing a look (not OK, drained, or stale; --all: all)"
         elif args.command == "history":
             node = validate_node(args.node)
             since = parse_since(args.since)
@@ -99,6 +111,25 @@ def run(args: argparse.Namespace, console: Console) -> int:
             header = _run_header(detail)
     _emit(args, console, title, rows, header)
     return 0
+
+
+def needs_a_look(row: NodeRow, stale_s: float) -> bool:
+    """Not OK, drained by screener, or not probed for ``stale_s`` seconds."""
+    return (
+        row.status is not Status.OK
+        or row.drained_by_screener
+        or row.age_s is None
+        or row.age_s > stale_s
+    )
+
+
+def nodes_summary(rows: Sequence[NodeRow], stale_s: float) -> str:
+    """'10000 nodes: 9950 OK, 30 SLOW_READ, 20 UNKNOWN; 12 drained by screener; 3 stale'."""
+    counts = Counter("never judged" if r.status is None else r.status.value for r in rows)
+    parts = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+    drained = sum(r.drained_by_screener for r in rows)
+    stale = sum(1 for r in rows if r.age_s is not None and r.age_s > stale_s)
+    return f"{len(rows)} nodes: {parts}; {drained} drained by screener; {stale} stale"
 
 
 def _run_header(d: RunDetail) -> list[str]:
@@ -132,5 +163,6 @@ def _emit(
         print(report.rows_csv(rows), end="")
     else:
         for line in header:
-            console.print(line, highlight=False)
-        console.print(report.rows_table(title, rows))
+            console.print(line, highlight=False, markup=False)
+        if rows:
+            console.print(report.rows_table(title, rows))

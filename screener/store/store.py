@@ -13,7 +13,18 @@ from itertools import groupby
 from types import TracebackType
 from typing import Any
 
-from sqlalchemy import Connection, CursorResult, Engine, func, insert, select, update
+from sqlalchemy import (
+    Connection,
+    CursorResult,
+    Engine,
+    Text,
+    any_,
+    bindparam,
+    func,
+    insert,
+    select,
+    update,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -437,19 +448,35 @@ def _ensure_nodes(
     unique = sorted(set(names))
     if not unique:
         return {}
-    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
-    conn.execute(
-        dialect.insert(NodeRecord).on_conflict_do_nothing(index_elements=["name"]),
-        [{"name": n, "first_seen": seen, "last_seen": seen} for n in unique],
+    pg = conn.dialect.name == "postgresql"
+    # PostgreSQL: one array parameter; a 10,000-name IN list costs psycopg seconds to bind
+    named = (
+        NodeRecord.name == any_(bindparam("names", unique, type_=postgresql.ARRAY(Text())))
+        if pg
+        else NodeRecord.name.in_(unique)
     )
+    ids = {
+        name: int(i)
+        for name, i in conn.execute(select(NodeRecord.name, NodeRecord.id).where(named))
+    }
+    new = [n for n in unique if n not in ids]  # a sweep of a known fleet inserts nothing
+    if new:
+        conn.execute(
+            (postgresql if pg else sqlite)
+            .insert(NodeRecord)
+            .on_conflict_do_nothing(index_elements=["name"]),
+            [{"name": n, "first_seen": seen, "last_seen": seen} for n in new],
+        )
+        new_named = NodeRecord.name.in_(new)
+        ids |= {
+            n: int(i)
+            for n, i in conn.execute(select(NodeRecord.name, NodeRecord.id).where(new_named))
+        }
     if touch:
         conn.execute(
-            update(NodeRecord)
-            .where(NodeRecord.name.in_(unique), NodeRecord.last_seen < seen)
-            .values(last_seen=seen)
+            update(NodeRecord).where(named, NodeRecord.last_seen < seen).values(last_seen=seen)
         )
-    rows = conn.execute(select(NodeRecord.name, NodeRecord.id).where(NodeRecord.name.in_(unique)))
-    return {name: int(node_id) for name, node_id in rows}
+    return ids
 
 
 def _by_probe(

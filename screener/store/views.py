@@ -15,7 +15,7 @@ from datetime import datetime
 from statistics import median
 from typing import Any, Protocol
 
-from sqlalchemy import Connection, case, func, select
+from sqlalchemy import Connection, case, func, select, true
 from sqlalchemy.orm import aliased
 
 from screener.errors import StoreError
@@ -93,18 +93,85 @@ def _latest_drain_event_id() -> Any:
     )
 
 
+def _latest_ids() -> Any:
+    """Per node: its id, name, newest verdict id and newest drain/resume event id.
+
+    The correlated LIMIT 1 subqueries sit in a MATERIALIZED common table expression, and the
+    verdict and event rows are joined by primary key afterwards: each node costs one probe of
+    the (node_id, started_at, run_id) index. Inlined (a plain subquery, or the subquery as
+    the join condition), PostgreSQL hashes every verdict row and runs the subquery twice.
+    """
+    return (
+        select(
+            NodeRecord.id.label("node_id"),
+            NodeRecord.name.label("name"),
+            _latest_verdict_id().label("verdict_id"),
+            _latest_drain_event_id().label("event_id"),
+        )
+        .cte("latest")
+        .prefix_with("MATERIALIZED", dialect="postgresql")
+    )
+
+
+# What `nodes` and the exporter need of the latest verdict (not the JSON signals, not z).
+_OVERVIEW = (
+    *("run_id", "started_at", "status", "reason"),
+    *("read_mb_s", "write_mb_s", "ratio", "read_p99_ms"),
+)
+
+
+def _latest_rows(conn: Connection, columns: Sequence[str] | None = None) -> list[Any]:
+    """Every node with its newest verdict's columns and its newest drain/resume event
+    (``action``, ``at``, ``slurm_reason``), by name; verdict columns NULL if it has none.
+
+    PostgreSQL: two LATERAL ``LIMIT 1`` joins, one index probe each per node. SQLite has no
+    LATERAL: the ids come from the materialized CTE above, then rows by primary key.
+    ``columns`` limits the verdict columns (default: all but node_id).
+    """
+    v, e = VerdictRecord, EventRecord
+    names = columns or [c.name for c in v.__table__.c if c.name != "node_id"]
+    if conn.dialect.name == "postgresql":
+        lv = (
+            select(*[getattr(v, n) for n in names])
+            .where(v.node_id == NodeRecord.id)
+            .order_by(v.started_at.desc(), v.run_id.desc())
+            .limit(1)
+            .lateral("lv")
+        )
+        le = (
+            select(e.action, e.at, e.slurm_reason)
+            .where(e.node_id == NodeRecord.id, e.action.in_(DRAIN_STATE_ACTIONS))
+            .order_by(e.at.desc(), e.id.desc())
+            .limit(1)
+            .lateral("le")
+        )
+        query = (
+            select(NodeRecord.name, *lv.c, *le.c)
+            .select_from(NodeRecord)
+            .outerjoin(lv, true())
+            .outerjoin(le, true())
+            .order_by(NodeRecord.name)
+        )
+    else:
+        latest = _latest_ids()
+        query = (
+            select(latest.c.name, *[getattr(v, n) for n in names], e.action, e.at, e.slurm_reason)
+            .select_from(latest)
+            .outerjoin(v, v.id == latest.c.verdict_id)
+            .outerjoin(e, e.id == latest.c.event_id)
+            .order_by(latest.c.name)
+        )
+    return list(conn.execute(query).all())
+
+
 def latest_verdicts(store: Store) -> list[LatestVerdictRow]:
     """Each node's most recent verdict (a later run id wins a tie on start time), by node."""
     with _read(store, "read the latest verdicts") as conn:
-        rows = conn.execute(
-            select(NodeRecord.name, VerdictRecord)
-            .select_from(NodeRecord)
-            .join(VerdictRecord, VerdictRecord.id == _latest_verdict_id())
-            .order_by(NodeRecord.name)
-        ).all()
+        rows = _latest_rows(conn)
     return [
         LatestVerdictRow(r.run_id, r.started_at, convert.verdict_from_row(r.name, r._mapping))
         for r in rows
+        if r.run_id is not None
     ]
 
 
@@ -112,28 +179,8 @@ def node_overview(store: Store, now: datetime, slurm: SlurmStates | None = None)
     """Every node: its latest verdict and figures, the age of its last probe, and whether
     screener drained it (its last drain/resume event is a drain). ``slurm`` adds live state."""
     now = _aware(now, "now")
-    v, e = VerdictRecord, EventRecord
     with _read(store, "list nodes") as conn:
-        rows = conn.execute(
-            select(
-                NodeRecord.name,
-                v.run_id,
-                v.started_at,
-                v.status,
-                v.reason,
-                v.read_mb_s,
-                v.write_mb_s,
-                v.ratio,
-                v.read_p99_ms,
-                e.action,
-                e.at,
-                e.slurm_reason,
-            )
-            .select_from(NodeRecord)
-            .outerjoin(v, v.id == _latest_verdict_id())
-            .outerjoin(e, e.id == _latest_drain_event_id())
-            .order_by(NodeRecord.name)
-        ).all()
+        rows = _latest_rows(conn, _OVERVIEW)
     states = slurm.node_states([r.name for r in rows]) if slurm is not None else {}
     out = []
     for r in rows:
