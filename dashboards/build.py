@@ -27,16 +27,34 @@ def _pos(x: int, y: int, w: int, h: int) -> dict[str, int]:
     return {"x": x, "y": y, "w": w, "h": h}
 
 
+def _red_from(value: float) -> dict[str, Any]:
+    """Thresholds: green below ``value``, red from it (a stat that should stay at zero)."""
+    return {
+        "mode": "absolute",
+        "steps": [{"color": "green", "value": None}, {"color": "red", "value": value}],
+    }
+
+
 def prom_panel(
-    kind: str, title: str, exprs: dict[str, str], pos: dict[str, int], unit: str = "short"
+    kind: str,
+    title: str,
+    exprs: dict[str, str],
+    pos: dict[str, int],
+    unit: str = "short",
+    red_from: float | None = None,
+    options: dict[str, Any] | None = None,
 ) -> Panel:
     """A panel over Prometheus; ``exprs`` maps legend -> PromQL."""
+    defaults: dict[str, Any] = {"unit": unit}
+    if red_from is not None:
+        defaults["thresholds"] = _red_from(red_from)
     return {
         "type": kind,
         "title": title,
         "datasource": PROM,
         "gridPos": pos,
-        "fieldConfig": {"defaults": {"unit": unit}, "overrides": []},
+        "options": options or {},
+        "fieldConfig": {"defaults": defaults, "overrides": []},
         "targets": [
             {"refId": chr(65 + i), "datasource": PROM, "expr": e, "legendFormat": legend}
             for i, (legend, e) in enumerate(exprs.items())
@@ -91,12 +109,14 @@ def fleet() -> dict[str, Any]:
             "Slow nodes now",
             {"slow": f'count(screener_node_verdict{{verdict=~"{SLOW_RE}"}} == 1) or vector(0)'},
             _pos(0, 0, 6, 4),
+            red_from=1,
         ),
         prom_panel(
             stat,
             "Unknown nodes now",
             {"unknown": 'count(screener_node_verdict{verdict="UNKNOWN"} == 1) or vector(0)'},
             _pos(6, 0, 6, 4),
+            red_from=1,
         ),
         prom_panel(
             stat,
@@ -109,6 +129,7 @@ def fleet() -> dict[str, Any]:
             "Results store reachable",
             {"up": "min(screener_store_up)"},
             _pos(18, 0, 6, 4),
+            options={"colorMode": "background"},
         ),
         prom_panel(
             "timeseries",
@@ -195,12 +216,14 @@ def node() -> dict[str, Any]:
             "Drained by screener",
             {"drained": 'screener_node_drained_by_screener{node="$node"}'},
             _pos(12, 0, 4, 4),
+            red_from=1,
         ),
         prom_panel(
             "stat",
             "Latest verdict",
             {"{{verdict}}": 'screener_node_verdict{node="$node"} == 1'},
             _pos(16, 0, 8, 4),
+            options={"textMode": "name"},  # show the verdict label, not the value 1
         ),
         sql_panel(
             "timeseries",
