@@ -44,7 +44,7 @@ def record_round(store: Store, run_id: int, probes: Sequence[NodeProbe], round: 
         return
     with translated(f"record {len(probes)} probes of run {run_id}"), store.engine.begin() as conn:
         started = _run_started(conn, run_id)
-        ids = _ensure_nodes(conn, names, started, touch=True)
+        ids = _ensure_nodes(conn, names, started, touch=False)  # start_run moved last_seen
         head_rows = [
             {"run_id": run_id, "node_id": ids[n], "round": round, **h}
             for n, h in zip(names, heads, strict=True)
@@ -83,7 +83,7 @@ def record_verdicts(store: Store, run_id: int, summary: RunSummary) -> None:
         done = conn.execute(select(VerdictRecord.id).where(VerdictRecord.run_id == run_id))
         if done.first() is not None:
             raise StoreError(f"verdicts of run {run_id} are already recorded")
-        ids = _ensure_nodes(conn, names, started, touch=True)
+        ids = _ensure_nodes(conn, names, started, touch=False)  # start_run moved last_seen
         _write(
             conn,
             VerdictRecord,
