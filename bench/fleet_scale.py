@@ -24,6 +24,7 @@ import os
 import platform
 import random
 import secrets
+import sqlite3
 import statistics
 import sys
 import time
@@ -388,15 +389,16 @@ def main() -> int:
             print(f"screener ingest: {rows:,} rows in {secs:.1f} s = {rows / secs:,.0f} rows/s")
             out["episodes_and_events"] = add_episodes(store, nights)
             del nights
-            with store.engine.connect() as conn:
-                if args.backend == "postgres":
-                    conn.execute(text("ANALYZE"))
-                    conn.commit()
+            with store.engine.begin() as conn:
+                conn.execute(text("ANALYZE"))
+            if args.backend == "postgres":
+                with store.engine.connect() as conn:
                     size = conn.scalar(text("SELECT pg_database_size(current_database())"))
-                else:
-                    conn.exec_driver_sql("ANALYZE")
-                    conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
-                    size = path.stat().st_size
+            else:
+                store.engine.dispose()  # then fold the WAL into the file and weigh it
+                with sqlite3.connect(path) as raw:
+                    raw.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                size = path.stat().st_size
             out["db_bytes"] = int(size or 0)
             out["bytes_per_node_year"] = out["db_bytes"] / (nodes * args.days / 365)
             print(

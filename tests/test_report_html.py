@@ -118,3 +118,26 @@ def test_the_console_check_catches_a_broken_page(
     res = chromium(broken, tmp, "--dump-dom")
     lines = [ln for ln in res.stderr.splitlines() if CONSOLE.search(ln)]
     assert len(lines) == 1 and "Uncaught Error: boom" in lines[0]
+
+
+@pytest.mark.parametrize(
+    ("run", "out", "message"),
+    [("9999", "r.html", "run 9999 does not exist"), ("1", "missing/r.html", "does not exist")],
+)
+def test_report_bad_input_is_one_line(
+    reports: tuple[Path, Seeded, dict[str, Path]], run: str, out: str, message: str
+) -> None:
+    tmp, _, _ = reports
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SCREENER_")}
+    env["SCREENER_DATABASE_URL"] = f"sqlite:///{tmp / 'r.db'}"
+    res = subprocess.run(
+        [sys.executable, "-m", "screener.cli", "report", run, "--html", str(tmp / out)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    assert res.returncode == 1 and res.stderr.startswith("screener: error: ")
+    assert message in res.stderr and len(res.stderr.strip().splitlines()) == 1
+    assert not (tmp / out).exists()
