@@ -8,12 +8,13 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 # Debian packages the probes, the emulated cluster and the tests need.
 APT_PKGS := fio sysstat nvme-cli openssh-server openssh-client slurm-wlm slurm-client munge \
-            clustershell e2fsprogs util-linux iproute2 procps postgresql-client
+            clustershell e2fsprogs util-linux iproute2 procps postgresql-client \
+            chromium prometheus
 APT_STAMP := $(VENV)/.apt-stamp
 PIP_STAMP := $(VENV)/.pip-stamp
 PG_VERSION_DIR := $(shell ls /etc/postgresql 2>/dev/null | head -n1)
 
-.PHONY: deps apt venv demo test lint typecheck unit postgres bench cluster-down clean
+.PHONY: deps apt venv demo test lint typecheck unit postgres bench bench-fleet cluster-down clean
 
 deps: apt venv
 
@@ -41,8 +42,8 @@ postgres:
 	@pg_isready -h 127.0.0.1 -p 5432
 
 lint: venv
-	$(VENV)/bin/ruff check screener tests bench deploy
-	$(VENV)/bin/ruff format --check screener tests bench deploy
+	$(VENV)/bin/ruff check screener tests bench deploy dashboards
+	$(VENV)/bin/ruff format --check screener tests bench deploy dashboards
 
 typecheck: venv
 	$(VENV)/bin/mypy  # screener/ and deploy/, strict (pyproject.toml)
@@ -60,6 +61,11 @@ bench: deps
 	$(PY) bench/dispatch.py
 	$(PY) bench/screen_overhead.py
 	$(PY) bench/separation.py
+
+# The store at fleet scale (docs/performance.md); NODES/DAYS shrink it for CI.
+bench-fleet: deps postgres
+	$(PY) bench/fleet_scale.py --nodes $(or $(NODES),10000) --days $(or $(DAYS),365)
+	$(PY) bench/fleet_scale.py --backend sqlite --nodes 1000 --days $(or $(DAYS),365)
 
 cluster-down:
 	$(PY) -m deploy.minicluster down

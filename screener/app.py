@@ -14,7 +14,7 @@ import signal
 import socket
 import time
 from collections.abc import Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 from screener import live, spool
 from screener.errors import ConfigError, StoreError, Terminated
@@ -199,10 +199,3 @@ async def _recover(transport: Transport, policy: Policy, store: spool.SpoolingSt
 def open_results(policy: Policy) -> Store:
     """The store for read-only admin queries (never migrates: an empty DB is an error)."""
     return open_store(database_url(policy), readonly=True)
-
-
-def flaky_since(days: float) -> datetime:
-    """Start of the flaky-node window: ``days`` before now, UTC."""
-    if days <= 0:
-        raise ConfigError("--days must be > 0")
-    return datetime.now(UTC) - timedelta(days=days)

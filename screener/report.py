@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import csv
 import dataclasses
 import enum
+import io
 import json
 from collections import Counter
 from collections.abc import Iterator, Sequence
@@ -99,9 +101,27 @@ def result_json(result: ScreenResult) -> str:
     return json.dumps(doc, indent=2, default=str)
 
 
-def _cell(value: object) -> str:
+def duration(seconds: float) -> str:
+    """A short human duration: '45s', '12m', '3h05m', '2d04h'."""
+    s = round(seconds)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m"
+    if s < 86400:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
+
+
+def _cell(value: object, name: str = "") -> str:
     if value is None:
         return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float) and name.endswith("_s"):
+        return duration(value)
+    if isinstance(value, tuple):
+        return ",".join(str(v) for v in value) or "-"
     if isinstance(value, float):
         return f"{value:,.2f}"
     if isinstance(value, datetime):
@@ -121,17 +141,47 @@ def rows_table(title: str, rows: Sequence[object]) -> Table:
     for name in names:
         table.add_column(name, overflow="fold")
     for row in rows:
-        table.add_row(*(_cell(getattr(row, n)) for n in names))
+        table.add_row(*(_cell(getattr(row, n), n) for n in names))
     return table
+
+
+def _plain(value: object) -> object:
+    """A field value as JSON/CSV want it: ISO 8601 times, enums by value, tuples as lists."""
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+def rows_dicts(rows: Sequence[object]) -> list[dict[str, object]]:
+    """Row dataclasses as plain dicts (field order kept)."""
+    return [
+        {f.name: _plain(getattr(r, f.name)) for f in dataclasses.fields(r)}  # type: ignore[arg-type]
+        for r in rows
+    ]
+
+
+def rows_csv(rows: Sequence[object]) -> str:
+    """The rows as CSV with a header line (lists joined by ';'; empty cell for None)."""
+    buf = io.StringIO()
+    dicts = rows_dicts(rows)
+    if not dicts:
+        return ""
+    writer = csv.DictWriter(buf, fieldnames=list(dicts[0]), lineterminator="\n")
+    writer.writeheader()
+    for d in dicts:
+        writer.writerow(
+            {k: ";".join(map(str, v)) if isinstance(v, list) else v for k, v in d.items()}
+        )
+    return buf.getvalue()
 
 
 def rows_json(rows: Sequence[object]) -> str:
     """The same rows as a JSON list (datetimes in ISO 8601, enums by value)."""
-    return json.dumps(
-        [dataclasses.asdict(r) for r in rows],  # type: ignore[call-overload]
-        indent=2,
-        default=lambda v: v.isoformat() if isinstance(v, datetime) else str(v),
-    )
+    return json.dumps(rows_dicts(rows), indent=2, default=str)
 
 
 def local_failure(result: ScreenResult) -> str | None:

@@ -1,6 +1,6 @@
 """The `screener` command: parse, call, print. No decisions are made here.
 
-One module per command family (screen, queries, db, ...); each registers its subcommands
+One module per command family (screen, admin, observe, db); each registers its subcommands
 with ``register(sub)`` and sets ``handler`` to a function ``(args, console) -> exit code``.
 
 Exit codes: 0 done and no node SLOW; 3 screen done and at least one node SLOW;
@@ -18,13 +18,13 @@ from collections.abc import Sequence
 from rich.console import Console
 
 from screener import __version__
-from screener.cli import db, ingest, queries, screen, slurm, spool
+from screener.cli import admin, db, ingest, observe, screen, slurm, spool
 from screener.cli.common import EXIT_SLOW
 from screener.errors import ScreenerError, Terminated
 
 __all__ = ["EXIT_SLOW", "main"]
 
-FAMILIES = (screen, queries, db, slurm, spool, ingest)
+FAMILIES = (screen, admin, observe, db, slurm, spool, ingest)
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -251,7 +251,7 @@ class VerdictRecord(Base):
     __table_args__ = (
         UniqueConstraint("run_id", "node_id"),
         CheckConstraint(_in("status", tuple(s.value for s in Status)), name="status"),
-        Index(None, "node_id", "started_at"),
+        Index(None, "node_id", "started_at", "run_id"),  # 0003a: latest per node
         Index(None, "started_at"),
     )
 

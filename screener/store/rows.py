@@ -46,6 +46,8 @@ class NodeHistoryRow:
     write_mb_s: float | None
     ratio: float | None
     confirmed: bool
+    read_p99_ms: float | None = None
+    signals: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -79,6 +81,72 @@ class LatestVerdictRow:
     run_id: int
     started_at: datetime
     verdict: Verdict
+
+
+@dataclass(frozen=True)
+class NodeRow:
+    """One node as ``screener nodes`` lists it: latest verdict, figures, probe age, drains."""
+
+    node: str
+    status: Status | None  # None: never judged (only events so far)
+    reason: str
+    run_id: int | None
+    read_mb_s: float | None
+    write_mb_s: float | None
+    ratio: float | None
+    read_p99_ms: float | None
+    last_probe_at: datetime | None
+    age_s: float | None  # seconds since last_probe_at
+    drained_by_screener: bool  # last drain/resume event is a drain
+    drained_at: datetime | None
+    drain_reason: str | None  # the reason screener set in Slurm
+    slurm_state: str | None = None  # live state, when a Slurm client was passed in
+
+
+@dataclass(frozen=True)
+class FlakyNodeRow:
+    """A node with repeated slow episodes in a window (``screener flaky``), worst first."""
+
+    node: str
+    episodes: int
+    prolog: int  # episodes by the trigger that opened them
+    sweep: int
+    job: int
+    manual: int
+    first_seen: datetime
+    last_seen: datetime
+    open: bool  # the latest episode has not ended
+    ttr_median_s: float | None  # time to recovery of the closed episodes
+    ttr_max_s: float | None
+    resumes: int  # screener resumes of this node in the window
+
+
+@dataclass(frozen=True)
+class RunNodeRow:
+    """One node of one run (``screener show RUN``): verdict, figures, what screener did."""
+
+    node: str
+    status: Status
+    read_mb_s: float | None
+    write_mb_s: float | None
+    ratio: float | None
+    read_p99_ms: float | None
+    z_read: float | None
+    confirmed: bool
+    signals: tuple[str, ...]
+    reason: str
+    actions: tuple[str, ...]  # drain / resume / guard_trip / ... in this run
+    slurm_reason: str | None
+
+
+@dataclass(frozen=True)
+class RunDetail:
+    """Everything ``screener show RUN`` prints: the run, its peer medians, and its nodes."""
+
+    run: RunRow
+    guard_reason: str | None
+    peer_read_median_mb_s: float | None
+    nodes: tuple[RunNodeRow, ...]
 
 
 def is_slow(status: Status) -> bool:

@@ -13,10 +13,20 @@ from itertools import groupby
 from types import TracebackType
 from typing import Any
 
-from sqlalchemy import Connection, CursorResult, Engine, func, insert, select, update
+from sqlalchemy import (
+    Connection,
+    CursorResult,
+    Engine,
+    Text,
+    any_,
+    bindparam,
+    func,
+    insert,
+    select,
+    update,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import SQLAlchemyError
-from sqlalchemy.orm import aliased
 
 from screener.errors import StoreError
 from screener.model import FleetFigure, NodeProbe, RunSummary, Status, Trigger, Verdict
@@ -415,24 +425,9 @@ class Store:
 
     def latest_verdicts(self) -> list[LatestVerdictRow]:
         """Each node's most recent verdict (prolog runs cover only some nodes), by node."""
-        other = aliased(VerdictRecord)
-        newest = (
-            select(func.max(other.started_at))
-            .where(other.node_id == VerdictRecord.node_id)
-            .scalar_subquery()
-        )
-        with self._read("read the latest verdicts") as conn:
-            rows = conn.execute(
-                select(NodeRecord.name, VerdictRecord)
-                .join(VerdictRecord, VerdictRecord.node_id == NodeRecord.id)
-                .where(VerdictRecord.started_at == newest)
-                .order_by(NodeRecord.name, VerdictRecord.run_id)
-            ).all()
-        latest = {r.name: r for r in rows}  # same start time twice: the later run id wins
-        return [
-            LatestVerdictRow(r.run_id, r.started_at, convert.verdict_from_row(n, r._mapping))
-            for n, r in latest.items()
-        ]
+        from screener.store import views  # the admin read side lives there
+
+        return views.latest_verdicts(self)
 
     def node_events(self, node: str | None = None, limit: int = 50) -> list[EventRow]:
         """Latest events, newest first, for one node or for all."""
@@ -475,19 +470,35 @@ def _ensure_nodes(
     unique = sorted(set(names))
     if not unique:
         return {}
-    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
-    conn.execute(
-        dialect.insert(NodeRecord).on_conflict_do_nothing(index_elements=["name"]),
-        [{"name": n, "first_seen": seen, "last_seen": seen} for n in unique],
+    pg = conn.dialect.name == "postgresql"
+    # PostgreSQL: one array parameter; a 10,000-name IN list costs psycopg seconds to bind
+    named = (
+        NodeRecord.name == any_(bindparam("names", unique, type_=postgresql.ARRAY(Text())))
+        if pg
+        else NodeRecord.name.in_(unique)
     )
+    ids = {
+        name: int(i)
+        for name, i in conn.execute(select(NodeRecord.name, NodeRecord.id).where(named))
+    }
+    new = [n for n in unique if n not in ids]  # a sweep of a known fleet inserts nothing
+    if new:
+        conn.execute(
+            (postgresql if pg else sqlite)
+            .insert(NodeRecord)
+            .on_conflict_do_nothing(index_elements=["name"]),
+            [{"name": n, "first_seen": seen, "last_seen": seen} for n in new],
+        )
+        new_named = NodeRecord.name.in_(new)
+        ids |= {
+            n: int(i)
+            for n, i in conn.execute(select(NodeRecord.name, NodeRecord.id).where(new_named))
+        }
     if touch:
         conn.execute(
-            update(NodeRecord)
-            .where(NodeRecord.name.in_(unique), NodeRecord.last_seen < seen)
-            .values(last_seen=seen)
+            update(NodeRecord).where(named, NodeRecord.last_seen < seen).values(last_seen=seen)
         )
-    rows = conn.execute(select(NodeRecord.name, NodeRecord.id).where(NodeRecord.name.in_(unique)))
-    return {name: int(node_id) for name, node_id in rows}
+    return ids
 
 
 def _by_probe(

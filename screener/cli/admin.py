@@ -1,0 +1,176 @@
+"""Admin queries over the store: `nodes`, `history NODE`, `flaky`, `runs`, `show RUN`.
+
+Each prints a rich table, or with ``--json`` / ``--csv`` the same rows for scripts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from collections import Counter
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
+
+from rich.console import Console
+
+from screener.cli.common import Subparsers, check_count, check_days, check_limit
+from screener.errors import ConfigError
+from screener.model import Status
+from screener.policy import load_policy
+
+if TYPE_CHECKING:  # the store (SQLAlchemy) is imported only when a command runs
+    from screener.store.rows import NodeRow, RunDetail
+
+_SINCE = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
+_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def parse_since(text: str, option: str = "--since") -> timedelta:
+    """'30d', '12h', '2w', '90m' -> a positive timedelta; ConfigError otherwise."""
+    m = _SINCE.fullmatch(text.strip())
+    if m is None or float(m.group(1)) <= 0:
+        raise ConfigError(
+            f"{option} must be a positive duration like 30d, 12h or 2w, not {text[:40]!r}"
+        )
+    seconds = float(m.group(1)) * _UNIT_S[m.group(2)]
+    check_days(seconds / 86400, option)  # 1e15d would overflow datetime arithmetic
+    return timedelta(seconds=seconds)
+
+
+def _output_flags(p: argparse.ArgumentParser) -> None:
+    fmt = p.add_mutually_exclusive_group()
+    fmt.add_argument("--json", action="store_true", help="print the rows as JSON")
+    fmt.add_argument("--csv", action="store_true", help="print the rows as CSV")
+
+
+def register(sub: Subparsers) -> None:
+    n = sub.add_parser("nodes", help="every node: latest verdict, figures, probe age, drains")
+    n.add_argument(
+        "--all", action="store_true", help="table of every node, not only those needing a look"
+    )
+    n.add_argument("--stale", default="2d", help="a probe older than this needs a look (2d)")
+    _output_flags(n)
+    n.set_defaults(handler=run)
+
+    h = sub.add_parser("history", help="one node's verdicts, newest first")
+    h.add_argument("node")
+    h.add_argument("--since", default="30d", help="window, e.g. 30d, 12h (default 30d)")
+    _output_flags(h)
+    h.set_defaults(handler=run)
+
+    f = sub.add_parser("flaky", help="nodes with repeated slow episodes, worst first")
+    f.add_argument("--since", default="30d", help="window, e.g. 30d, 2w (default 30d)")
+    f.add_argument("--min-episodes", type=int, default=2, help="at least this many (default 2)")
+    _output_flags(f)
+    f.set_defaults(handler=run)
+
+    r = sub.add_parser("runs", help="latest runs with their verdict counts")
+    r.add_argument("--limit", type=int, default=20)
+    _output_flags(r)
+    r.set_defaults(handler=run)
+
+    s = sub.add_parser("show", help="one run: nodes, figures, signals, reasons, drains")
+    s.add_argument("run_id", metavar="RUN", type=int)
+    _output_flags(s)
+    s.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace, console: Console) -> int:
+    from screener import app
+    from screener.nodes import validate_node
+    from screener.store import views
+
+    # Every argument is checked before the database is opened: bad input costs nothing.
+    node = validate_node(args.node) if args.command == "history" else ""
+    since = parse_since(args.since) if args.command in ("history", "flaky") else None
+    stale = parse_since(args.stale, "--stale").total_seconds() if args.command == "nodes" else 0.0
+    if args.command == "flaky":
+        check_count(args.min_episodes, "--min-episodes")
+    if args.command == "runs":
+        check_limit(args.limit)
+    if args.command == "show":
+        check_count(args.run_id, "RUN")  # an id beyond 2^63 overflows SQLite's integer
+    policy = load_policy(args.config)
+    now = datetime.now(UTC)
+    rows: Sequence[object]
+    header: list[str] = []
+    with app.open_results(policy) as store:
+        if args.command == "nodes":
+            rows = views.node_overview(store, now)
+            header = [nodes_summary(rows, stale)]
+            title = "nodes"
+            if not (args.all or args.json or args.csv):
+                rows = [r for r in rows if needs_a_look(r, stale)]
+                title = "nodes needing a look (not OK, drained, or stale; --all: all)"
+        elif args.command == "history":
+            assert since is not None
+            title = f"history of {node}, last {args.since}"
+            rows = views.node_history(store, node, now - since)
+        elif args.command == "flaky":
+            assert since is not None
+            title = f"flaky nodes, last {args.since}, >= {args.min_episodes} episodes"
+            rows = views.flaky(store, now - since, args.min_episodes)
+        elif args.command == "runs":
+            title, rows = "latest runs", store.latest_runs(args.limit)
+        else:
+            detail = views.run_detail(store, args.run_id)
+            title, rows = f"run {args.run_id}", detail.nodes
+            header = _run_header(detail)
+    _emit(args, console, title, rows, header)
+    return 0
+
+
+def needs_a_look(row: NodeRow, stale_s: float) -> bool:
+    """Not OK, drained by screener, or not probed for ``stale_s`` seconds."""
+    return (
+        row.status is not Status.OK
+        or row.drained_by_screener
+        or row.age_s is None
+        or row.age_s > stale_s
+    )
+
+
+def nodes_summary(rows: Sequence[NodeRow], stale_s: float) -> str:
+    """'10000 nodes: 9950 OK, 30 SLOW_READ, 20 UNKNOWN; 12 drained by screener; 3 stale'."""
+    counts = Counter("never judged" if r.status is None else r.status.value for r in rows)
+    parts = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+    drained = sum(r.drained_by_screener for r in rows)
+    stale = sum(1 for r in rows if r.age_s is not None and r.age_s > stale_s)
+    return f"{len(rows)} nodes: {parts}; {drained} drained by screener; {stale} stale"
+
+
+def _run_header(d: RunDetail) -> list[str]:
+    """The lines above `show RUN`'s table: trigger, job, times, fleet flags."""
+    r = d.run
+    lines = [
+        f"run {r.id}: {r.trigger.value} job={r.job_id or '-'} nodes={r.nodeset} "
+        f"status={r.status} started={r.started_at:%Y-%m-%d %H:%M:%S}Z",
+        f"peer read median: {d.peer_read_median_mb_s or 0:,.0f} MB/s; "
+        f"{r.n_ok} OK, {r.n_slow} SLOW, {r.n_degraded} DEGRADED, {r.n_unknown} UNKNOWN",
+    ]
+    if r.shared_cause:
+        lines.append(f"shared cause: {r.shared_cause_reason}")
+    if d.guard_reason:
+        lines.append(f"guard tripped: {d.guard_reason}")
+    return lines
+
+
+def _emit(
+    args: argparse.Namespace,
+    console: Console,
+    title: str,
+    rows: Sequence[object],
+    header: Sequence[str],
+) -> None:
+    from screener import report
+
+    if args.json:
+        print(report.rows_json(rows))
+    elif args.csv:
+        print(report.rows_csv(rows), end="")
+    else:
+        for line in header:
+            console.print(line, highlight=False, markup=False)
+        if rows:
+            console.print(report.rows_table(title, rows))

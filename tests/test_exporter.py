@@ -1,0 +1,158 @@
+"""The store collector without Prometheus: names and base units, the incremental probe
+histogram, a store failure as screener_store_up 0, and the atomic textfile."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from admin_seed import NODES, SLOW, Seeded, seed_fleet
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+from store_data import full_probe
+
+from screener.errors import ConfigError
+from screener.metrics import StoreCollector, parse_listen, write_textfile
+from screener.model import Trigger
+from screener.store import Store, open_store
+from screener.store.migrate import upgrade
+
+pytest_plugins = ["store_fixtures"]
+
+NOW = datetime.now(UTC).replace(microsecond=0)
+
+
+def _samples(registry: CollectorRegistry) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    text = generate_latest(registry).decode()
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for fam in text_string_to_metric_families(text)
+        for s in fam.samples
+    }
+
+
+@pytest.fixture
+def fleet(db_store: Store) -> tuple[Store, Seeded, CollectorRegistry]:
+    seeded = seed_fleet(db_store, NOW)
+    registry = CollectorRegistry()
+    registry.register(StoreCollector(db_store, clock=lambda: NOW))
+    return db_store, seeded, registry
+
+
+def test_collector_names_units_and_values(fleet: tuple[Store, Seeded, CollectorRegistry]) -> None:
+    _, _, registry = fleet
+    s = _samples(registry)
+    node = (("node", SLOW),)
+    assert s[("screener_node_read_bytes_per_second", node)] == 21e6
+    assert s[("screener_node_write_bytes_per_second", node)] == 3100e6
+    assert s[("screener_node_read_latency_p99_seconds", node)] == 1.5
+    assert s[("screener_node_last_probe_age_seconds", node)] == 7200
+    assert s[("screener_node_verdict", (("node", SLOW), ("verdict", "SLOW_READ")))] == 1
+    assert s[("screener_node_drained_by_screener", node)] == 1
+    assert s[("screener_node_drained_by_screener", (("node", "node01"),))] == 0
+    verdict_series = [k for k in s if k[0] == "screener_node_verdict"]
+    assert len(verdict_series) == len(NODES)  # one labelled series per node, not a state-set
+    assert s[("screener_runs_total", (("status", "done"), ("trigger", "prolog")))] == 1
+    assert s[("screener_runs_total", (("status", "failed"), ("trigger", "sweep")))] == 0
+    assert s[("screener_drains_total", ())] == 2 and s[("screener_resumes_total", ())] == 1
+    assert s[("screener_guard_trips_total", ())] == 1
+    assert s[("screener_drain_failures_total", ())] == 1
+    assert s[("screener_store_up", ())] == 1
+
+
+def test_probe_histogram_adds_only_new_probes(
+    fleet: tuple[Store, Seeded, CollectorRegistry],
+) -> None:
+    store, _, registry = fleet
+    first = _samples(registry)
+    count = first[("screener_probe_duration_seconds_count", ())]
+    assert count == 5 * len(NODES) + 4
+    # slow probes took 31 s (3 of them), healthy ones 9.25 s, the unreachable one 0.5 s
+    assert first[("screener_probe_duration_seconds_bucket", (("le", "30.0"),))] == count - 3
+    assert first[("screener_probe_duration_seconds_bucket", (("le", "10.0"),))] == count - 3
+    assert first[("screener_probe_duration_seconds_bucket", (("le", "5.0"),))] == 1
+    assert first[("screener_probe_duration_seconds_bucket", (("le", "1.0"),))] == 1
+    run = store.start_run(Trigger.MANUAL, ["node01"], {}, None, "node01", NOW)
+    store.record_probe(run, full_probe("node01"), 1)
+    again = _samples(registry)
+    assert again[("screener_probe_duration_seconds_count", ())] == count + 1
+    assert again[("screener_probe_duration_seconds_sum", ())] == pytest.approx(
+        first[("screener_probe_duration_seconds_sum", ())] + 9.25
+    )
+    assert _samples(registry)[("screener_probe_duration_seconds_count", ())] == count + 1
+
+
+def test_store_failure_is_store_up_zero() -> None:
+    """The database went away after the exporter started (nothing listens on port 1)."""
+    from screener.store.engine import make_engine
+
+    store = Store(make_engine("postgresql+psycopg://screener@127.0.0.1:1/screener"))
+    registry = CollectorRegistry()
+    registry.register(StoreCollector(store))
+    assert _samples(registry) == {("screener_store_up", ()): 0.0}
+    store.close()
+
+
+def test_textfile_is_written_atomically_and_readable(
+    fleet: tuple[Store, Seeded, CollectorRegistry], tmp_path: Path
+) -> None:
+    _, _, registry = fleet
+    textdir = tmp_path / "textfile"
+    textdir.mkdir()
+    out = textdir / "screener.prom"
+    out.write_text("old\n")
+    write_textfile(registry, out)
+    text = out.read_text()
+    assert "screener_node_read_bytes_per_second" in text and "old" not in text
+    assert list(textdir.iterdir()) == [out]  # no temp file left behind
+    assert oct(out.stat().st_mode & 0o777) == "0o644"
+    with pytest.raises(ConfigError, match="does not exist"):
+        write_textfile(registry, tmp_path / "missing" / "x.prom")
+
+
+def test_textfile_through_the_cli(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    upgrade(url)
+    with open_store(url) as store:
+        seed_fleet(store, NOW)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SCREENER_")}
+    env["SCREENER_DATABASE_URL"] = url
+    out = tmp_path / "screener.prom"
+    res = subprocess.run(
+        [sys.executable, "-m", "screener.cli", "exporter", "--textfile", str(out)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+    assert res.returncode == 0, res.stderr
+    fams = {f.name for f in text_string_to_metric_families(out.read_text())}
+    assert {"screener_node_verdict", "screener_runs", "screener_probe_duration_seconds"} <= fams
+    bad = subprocess.run(
+        [sys.executable, "-m", "screener.cli", "exporter", "--listen", "localhost:x"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+    assert bad.returncode == 1 and bad.stderr.startswith("screener: error: --listen")
+
+
+@pytest.mark.parametrize(
+    ("listen", "parsed"),
+    [("127.0.0.1:9464", ("127.0.0.1", 9464)), ("[::1]:9100", ("::1", 9100))],
+)
+def test_parse_listen(listen: str, parsed: tuple[str, int]) -> None:
+    assert parse_listen(listen) == parsed
+
+
+@pytest.mark.parametrize("listen", ["9464", "host:9464", "127.0.0.1:0", "127.0.0.1:99999", ":1"])
+def test_parse_listen_refuses(listen: str) -> None:
+    with pytest.raises(ConfigError, match="--listen"):
+        parse_listen(listen)
