@@ -26,10 +26,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from deploy.minicluster.cluster import Cluster
 from screener import __version__
+from screener.app import make_transport
 from screener.pipeline import ScreenResult, screen
 from screener.policy import Policy, policy_from_dict
 from screener.store import open_store
-from screener.transport.base import make_transport
 
 RESULTS = Path(__file__).resolve().parent / "results" / "screen_overhead.json"
 

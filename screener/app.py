@@ -21,10 +21,10 @@ from screener.errors import ConfigError, StoreError, Terminated
 from screener.model import Trigger
 from screener.nodes import expand_nodeset, fold_nodes
 from screener.pipeline import BetweenRounds, NodeDone, ScreenResult, screen
-from screener.policy import Policy, database_url, validate
+from screener.policy import Policy, TransportPolicy, database_url, validate
 from screener.store import Store, open_store
 from screener.store.engine import describe, parse_url
-from screener.transport.base import RUN_TAG, Transport, make_transport
+from screener.transport.base import RUN_TAG, Transport
 from screener.transport.cleanup import CLEANUP_TIMEOUT_S, kill_tagged
 
 
@@ -199,3 +199,23 @@ async def _recover(transport: Transport, policy: Policy, store: spool.SpoolingSt
 def open_results(policy: Policy) -> Store:
     """The store for read-only admin queries (never migrates: an empty DB is an error)."""
     return open_store(database_url(policy), readonly=True)
+
+
+def make_transport(policy: TransportPolicy) -> Transport:
+    """The transport ``policy.kind`` names (asyncssh by default).
+
+    Lives here, in the composition root, so the transport package never imports its own
+    implementations (no cycle between transport.base and the transports)."""
+    if policy.kind == "asyncssh":
+        from screener.transport.asyncssh_transport import AsyncsshTransport
+
+        return AsyncsshTransport(policy)
+    if policy.kind == "fabric":
+        from screener.transport.fabric_transport import FabricTransport
+
+        return FabricTransport(policy)
+    if policy.kind == "local":
+        from screener.transport.local import LocalTransport
+
+        return LocalTransport()
+    raise ConfigError(f"unknown transport kind {policy.kind!r} (asyncssh, fabric, local)")

@@ -1,4 +1,5 @@
-"""The one function that runs local subprocesses (Slurm client, local transport, facts).
+"""The one function that runs local subprocesses (the Slurm command-line client, the local
+transport, the sweep's srun step).
 
 Each child gets its own session, so on timeout the whole tree it spawned (``sh -c 'a & b'``)
 is signalled as one process group, and nothing is left running behind the caller.
@@ -13,9 +14,27 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
 from screener.errors import CommandTimeout, ConfigError, TransportError
-from screener.transport.base import CommandResult
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    """One finished command: where it ran, what ran, how it exited and what it printed."""
+
+    host: str
+    argv: tuple[str, ...]
+    exit_status: int
+    stdout: str
+    stderr: str
+    duration_s: float
+
+    @property
+    def ok(self) -> bool:
+        """True when the command exited 0."""
+        return self.exit_status == 0
+
 
 # Seconds between SIGTERM and SIGKILL when a timed-out group is being stopped.
 KILL_GRACE_S = 2.0

@@ -46,7 +46,7 @@ def test_nodes_shows_latest_verdict_age_and_screener_drains(fleet: tuple[Store, 
 
 def test_latest_verdicts_matches_node_overview(fleet: tuple[Store, Seeded]) -> None:
     store, seeded = fleet
-    latest = {r.verdict.node: r.run_id for r in store.latest_verdicts()}
+    latest = {r.verdict.node: r.run_id for r in views.latest_verdicts(store)}
     assert latest == {n: seeded.prolog if n in NODES[:4] else seeded.sweeps[-1] for n in NODES}
 
 

@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
+from screener.app import make_transport
 from screener.model import RunSummary, Status, Trigger
 from screener.pipeline import ScreenResult, screen
 from screener.policy import Policy, policy_from_dict
 from screener.store import open_store
-from screener.transport.base import make_transport
 
 pytestmark = pytest.mark.cluster
 

@@ -26,9 +26,9 @@ import pytest
 
 from deploy.minicluster import ClusterHandle
 from screener import app
+from screener.app import make_transport
 from screener.model import Status
 from screener.policy import Policy, ProbePolicy, StorePolicy, TransportPolicy
-from screener.transport import make_transport
 from screener.transport.base import CommandResult
 
 pytestmark = pytest.mark.cluster

@@ -14,7 +14,7 @@ from store_data import at, error_probe, full_probe, verdict
 
 from screener.errors import StoreError
 from screener.model import IostatSample, NodeProbe, RunSummary, Status, Trigger
-from screener.store import Store, open_store
+from screener.store import Store, open_store, views
 from screener.store.models import Base
 
 POLICY = {"verdict": {"max_write_read_ratio": 5.0}, "probe": {"client_keys": ("a", "b")}}
@@ -137,10 +137,15 @@ def test_read_history_is_ok_runs_only_newest_first(db_store: Store) -> None:
     for h, st, mb in reads:
         rid = new_run(db_store, ["node01", "node02"], h)
         db_store.record_verdicts(rid, RunSummary((verdict("node01", st, mb),)))
-    assert db_store.read_history("node01", 3) == [3050.0e6, 2900.0e6, 3100.0e6]
-    assert db_store.read_history("node01", 10) == [3050.0e6, 2900.0e6, 3100.0e6, 3000.0e6]
-    assert db_store.read_history("node02", 5) == []  # in runs, but never judged
-    assert db_store.read_history("nobody", 5) == []
+    assert db_store.read_histories(["node01"], 3)["node01"] == [3050.0e6, 2900.0e6, 3100.0e6]
+    assert db_store.read_histories(["node01"], 10)["node01"] == [
+        3050.0e6,
+        2900.0e6,
+        3100.0e6,
+        3000.0e6,
+    ]
+    assert db_store.read_histories(["node02"], 5)["node02"] == []  # in runs, but never judged
+    assert db_store.read_histories(["nobody"], 5)["nobody"] == []
     rid = new_run(db_store, ["node02"], 7)
     db_store.record_verdicts(rid, RunSummary((verdict("node02", Status.OK, 1234.5),)))
     assert db_store.read_histories(["node01", "node02", "nobody"], 3) == {
@@ -166,38 +171,10 @@ def test_node_history_rows(db_store: Store) -> None:
     assert len(db_store.node_history("node01", 1)) == 1
 
 
-def test_flaky_nodes_counts_transitions(db_store: Store) -> None:
-    ok, slow, unk = Status.OK, Status.SLOW_READ, Status.UNKNOWN
-    plan = {  # node -> statuses of runs at hours 0..5
-        "flappy": [ok, slow, ok, slow, ok, slow],  # 5 flips
-        "steady": [ok] * 6,
-        "broken": [ok, slow, slow, slow, slow, slow],  # 1 flip
-        "gappy": [slow, unk, slow, ok, unk, slow],  # UNKNOWN is not a recovery: 2 flips
-        "writes": [Status.SLOW_WRITE, slow, ok, ok, ok, ok],  # W->R is no flip: 1
-    }
-    for h in range(6):
-        run_with(db_store, h, {n: seq[h] for n, seq in plan.items()})
-    rows = db_store.flaky_nodes(at(0), 2)
-    assert [(r.node, r.transitions, r.slow_runs, r.runs) for r in rows] == [
-        ("flappy", 5, 3, 6),
-        ("gappy", 2, 3, 6),
-    ]
-    assert rows[0].last_status is slow and rows[0].last_at == at(5)
-    assert [r.node for r in db_store.flaky_nodes(at(0), 1)] == [
-        "flappy",
-        "gappy",
-        "broken",
-        "writes",
-    ]
-    # since: from hour 3 on, flappy is slow, ok, slow (2 flips), gappy ok, unk, slow (1)
-    assert [(r.node, r.transitions) for r in db_store.flaky_nodes(at(3), 2)] == [("flappy", 2)]
-    assert db_store.flaky_nodes(at(100), 0) == []
-
-
 def test_latest_verdicts_picks_each_nodes_newest(db_store: Store) -> None:
     run_with(db_store, 1, {"node01": Status.OK, "node02": Status.OK})
     r2 = run_with(db_store, 2, {"node01": Status.SLOW_READ})
-    latest = {r.verdict.node: (r.run_id, r.verdict.status) for r in db_store.latest_verdicts()}
+    latest = {r.verdict.node: (r.run_id, r.verdict.status) for r in views.latest_verdicts(db_store)}
     assert latest == {"node01": (r2, Status.SLOW_READ), "node02": (r2 - 1, Status.OK)}
 
 
@@ -308,7 +285,9 @@ def test_concurrent_writers_all_succeed(db_url: str) -> None:
         t.join()
     assert errors == []
     with open_store(db_url) as s:
-        assert len(s.latest_runs(10)) == 6 and len(s.read_history("shared01", 10)) == 6
+        assert (
+            len(s.latest_runs(10)) == 6 and len(s.read_histories(["shared01"], 10)["shared01"]) == 6
+        )
 
 
 def test_recording_a_32_node_run_is_fast(db_store: Store) -> None:

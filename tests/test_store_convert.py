@@ -11,7 +11,6 @@ from screener.errors import StoreError
 from screener.model import MdStatus, NodeFacts, Status
 from screener.store import convert
 from screener.store.engine import describe, parse_url, redact
-from screener.store.rows import count_flips
 
 OK, SR, SW, UNK, DEG = (
     Status.OK,
@@ -20,22 +19,6 @@ OK, SR, SW, UNK, DEG = (
     Status.UNKNOWN,
     Status.DEGRADED,
 )
-
-
-@pytest.mark.parametrize(
-    ("statuses", "flips", "slow"),
-    [
-        ([], 0, 0),
-        ([OK], 0, 0),
-        ([OK, SR, OK, SR], 3, 2),
-        ([SR, SW, SR], 0, 3),  # slow all along, whatever the direction
-        ([OK, UNK, OK, DEG, OK], 0, 0),
-        ([SR, UNK, SR, OK], 1, 2),  # an unreachable run is not a recovery
-        ([OK, DEG, SW, UNK, OK], 2, 1),
-    ],
-)
-def test_count_flips(statuses: list[Status], flips: int, slow: int) -> None:
-    assert count_flips(statuses) == (flips, slow)
 
 
 @pytest.mark.parametrize(

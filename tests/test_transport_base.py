@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from screener.app import make_transport
 from screener.errors import ConfigError, TransportError
 from screener.policy import TransportPolicy
 from screener.runner import run_command
-from screener.transport import CommandResult, check, make_transport
+from screener.transport import CommandResult, check
 from screener.transport.base import is_remote_timeout, remote_command
 from screener.transport.local import LocalTransport
 from screener.transport.ssh_config import SshConfig, _expand

@@ -19,9 +19,10 @@ import asyncssh
 import pytest
 
 from deploy.minicluster import ClusterHandle
+from screener.app import make_transport
 from screener.errors import CommandTimeout, ConfigError, TransportError
 from screener.policy import TransportPolicy
-from screener.transport import Transport, check, make_transport
+from screener.transport import Transport, check
 from screener.transport.base import CLIENT_GRACE_S
 
 pytestmark = pytest.mark.cluster

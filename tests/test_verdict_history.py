@@ -10,7 +10,7 @@ from store_data import at, verdict
 from screener.model import FleetFigure, RunSummary, Status, Trigger
 from screener.policy import ProbePolicy
 from screener.probe.fio import recipe_fingerprint
-from screener.store import Store
+from screener.store import Store, views
 
 pytest_plugins = ["store_fixtures"]  # fixtures: db_backend, db_url, empty_db_url, pg_dbs, db_store
 
@@ -35,10 +35,10 @@ def test_history_is_same_recipe_and_within_the_age_window(db_store: Store) -> No
     for h, mb in ((100, 3000.0), (101, 3100.0), (102, 2900.0)):
         judged(db_store, h, "n1", mb, recipe="new")
     since = at(50)
-    assert db_store.read_history("n1", 10, "new", since) == [2900e6, 3100e6, 3000e6]
+    assert db_store.read_histories(["n1"], 10, "new", since)["n1"] == [2900e6, 3100e6, 3000e6]
     assert db_store.read_histories(["n1"], 10, "new") == {"n1": [2900e6, 3100e6, 3000e6, 100e6]}
-    assert db_store.read_history("n1", 10, "old", since) == []
-    assert db_store.read_history("n1", 10) == [2900e6, 3100e6, 3000e6, 100e6, 9000e6]
+    assert db_store.read_histories(["n1"], 10, "old", since)["n1"] == []
+    assert db_store.read_histories(["n1"], 10)["n1"] == [2900e6, 3100e6, 3000e6, 100e6, 9000e6]
 
 
 def test_shared_cause_baselines_feed_history(db_store: Store) -> None:
@@ -46,8 +46,8 @@ def test_shared_cause_baselines_feed_history(db_store: Store) -> None:
     judged(db_store, 2, "n1", 500.0, recipe="r", status=Status.UNKNOWN, baseline=True)
     judged(db_store, 3, "n1", 1.0, recipe="r", status=Status.UNKNOWN)  # an error: not history
     judged(db_store, 4, "n1", 20.0, recipe="r", status=Status.SLOW_READ)
-    assert db_store.read_history("n1", 10, "r") == [500e6, 3000e6]
-    (back,) = [v for v in db_store.latest_verdicts() if v.verdict.node == "n1"]
+    assert db_store.read_histories(["n1"], 10, "r")["n1"] == [500e6, 3000e6]
+    (back,) = [v for v in views.latest_verdicts(db_store) if v.verdict.node == "n1"]
     assert back.verdict.status == Status.SLOW_READ and not back.verdict.baseline
 
 

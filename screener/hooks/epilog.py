@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 from datetime import UTC, datetime
 
+from screener.app import make_transport
 from screener.errors import ProbeError, ScreenerError, TransportError
 from screener.hooks.decide import selects
 from screener.hooks.injob import outliers, stop_argv, summarize
@@ -21,7 +22,7 @@ from screener.policy import Policy, database_url
 from screener.probe.iostat import parse_iostat
 from screener.store import open_store
 from screener.store.slurm_records import SlurmRecords
-from screener.transport.base import Transport, make_transport
+from screener.transport.base import Transport
 
 NOT_STARTED = 3  # STOP_SCRIPT's exit when the prolog started nothing on the node
 

@@ -16,6 +16,7 @@ import time
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 
+from screener.app import make_transport
 from screener.errors import ConfigError, ScreenerError, SlurmError, StoreError
 from screener.hooks import actions
 from screener.hooks.decide import fast_path, selects
@@ -29,7 +30,6 @@ from screener.slurm import SlurmClient, SlurmJob, select_client
 from screener.slurm.model import check_job_id
 from screener.store import Store, open_store
 from screener.store.slurm_records import SlurmRecords
-from screener.transport.base import make_transport
 
 EXIT_REQUEUE = 1  # non-zero from PrologSlurmctld: Slurm requeues the batch job
 # Seconds kept back from the budget for deciding, draining and recording.

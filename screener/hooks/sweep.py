@@ -14,6 +14,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 
+from screener.app import make_transport
 from screener.errors import ConfigError, ScreenerError
 from screener.hooks import actions
 from screener.hooks.logging import HookLog
@@ -26,7 +27,7 @@ from screener.runner import run_command
 from screener.slurm import SlurmClient, SlurmNode, select_client
 from screener.store import Store, open_store
 from screener.store.slurm_records import SlurmRecords
-from screener.transport.base import Transport, make_transport
+from screener.transport.base import Transport
 from screener.verdict import confirm, evaluate, references, suspects
 
 STEP_SLACK_S = 120.0  # on top of the expected probe time, for srun to start its tasks

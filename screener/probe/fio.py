@@ -32,7 +32,7 @@ def probe_file(policy: ProbePolicy) -> str:
 
 
 def cleanup_argv(policy: ProbePolicy) -> list[str]:
-    """Remove the probe file (after the last probe of a run; re-probes reuse it)."""
+    """Remove the probe file: run after the last round when ``[probe] keep_file`` is false."""
     _check_policy(policy)
     # -f: a missing file is not an error; "--": the path can never be read as an option.
     return ["rm", "-f", "--", probe_file(policy)]
@@ -73,12 +73,11 @@ def policy_jobs(policy: ProbePolicy) -> tuple[str, ...]:
 def fio_argv(policy: ProbePolicy, jobs: Sequence[str] = JOBS, fio: str = "fio") -> list[str]:
     """One fio invocation running ``jobs`` one after the other on the probe file.
 
-    seq_write preconditions the region (see ``--overwrite``), so it must come first in a
-    first probe. A confirmation re-probe may run only ``("seq_read", "rand_read")``: it then
-    reads the region the earlier seq_write left behind. Should that file be gone, fio lays it
-    out again (it writes the whole file before any read job starts), so reads never hit
-    never-written blocks either way; the layout time is then extra to
-    :func:`probe_duration_s`.
+    seq_write preconditions the region (see ``--overwrite``), so it comes first. The pipeline
+    runs the same jobs in every round (a confirmation re-probe included); ``jobs`` may name a
+    subset (tests do) that reads what an earlier seq_write left behind. Should that file be
+    gone, fio lays it out again before any read job starts, so reads never hit never-written
+    blocks; the layout time is then extra to :func:`probe_duration_s`.
     """
     _check_policy(policy)
     jobs = _check_jobs(jobs)

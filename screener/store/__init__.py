@@ -5,12 +5,11 @@ SQLite is the embedded default, PostgreSQL the production backend; both are test
 is slow to import and a store at head never needs it).
 """
 
-from screener.store.rows import EventRow, FlakyRow, LatestVerdictRow, NodeHistoryRow, RunRow
+from screener.store.rows import EventRow, LatestVerdictRow, NodeHistoryRow, RunRow
 from screener.store.store import Store, open_store
 
 __all__ = [
     "EventRow",
-    "FlakyRow",
     "LatestVerdictRow",
     "NodeHistoryRow",
     "RunRow",

@@ -3,10 +3,8 @@ the pure counting behind the "flaky nodes" view."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from itertools import pairwise
 
 from screener.model import Status, Trigger, Verdict
 
@@ -48,18 +46,6 @@ class NodeHistoryRow:
     confirmed: bool
     read_p99_ms: float | None = None
     signals: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class FlakyRow:
-    """A node whose verdict flipped between OK and SLOW_* at least N times in a window."""
-
-    node: str
-    runs: int  # verdicts in the window, any status
-    slow_runs: int
-    transitions: int  # OK -> SLOW_* or SLOW_* -> OK
-    last_status: Status
-    last_at: datetime
 
 
 @dataclass(frozen=True)
@@ -152,14 +138,3 @@ class RunDetail:
 def is_slow(status: Status) -> bool:
     """SLOW_READ or SLOW_WRITE: the statuses that may drain a node."""
     return status in (Status.SLOW_READ, Status.SLOW_WRITE)
-
-
-def count_flips(statuses: Sequence[Status]) -> tuple[int, int]:
-    """(transitions, slow runs) over one node's time-ordered statuses.
-
-    Only OK and SLOW_* take part: an UNKNOWN (unreachable) or DEGRADED run between two
-    SLOW runs is not a recovery, and SLOW_READ -> SLOW_WRITE is not a flip.
-    """
-    states = [is_slow(s) for s in statuses if s is Status.OK or is_slow(s)]
-    transitions = sum(1 for a, b in pairwise(states) if a != b)
-    return transitions, sum(states)

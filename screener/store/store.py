@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
-from itertools import groupby
 from types import TracebackType
 from typing import Any
 
@@ -54,11 +53,8 @@ from screener.store.models import (
 from screener.store.revision import check_current, schema_head, stamped_revision
 from screener.store.rows import (
     EventRow,
-    FlakyRow,
-    LatestVerdictRow,
     NodeHistoryRow,
     RunRow,
-    count_flips,
     is_slow,
 )
 
@@ -247,17 +243,6 @@ class Store:
 
     # ---- reads --------------------------------------------------------------------------
 
-    def read_history(
-        self,
-        node: str,
-        limit: int,
-        recipe: str | None = None,
-        since: datetime | None = None,
-    ) -> list[float]:
-        """Seq read bandwidth (bytes/s) of the node's latest ``limit`` baseline verdicts,
-        newest first; only ``recipe`` (when given) and not before ``since`` (when given)."""
-        return self.read_histories([node], limit, recipe, since)[node]
-
     def read_histories(
         self,
         nodes: Sequence[str],
@@ -400,34 +385,6 @@ class Store:
             )
             for r in rows
         ]
-
-    def flaky_nodes(self, since: datetime, min_transitions: int) -> list[FlakyRow]:
-        """Nodes that flipped between OK and SLOW_* at least ``min_transitions`` times since
-        ``since``; most flips first."""
-        start = _aware(since, "since")
-        with self._read("find flaky nodes") as conn:
-            rows = conn.execute(
-                select(NodeRecord.name, VerdictRecord.status, VerdictRecord.started_at)
-                .join(NodeRecord, NodeRecord.id == VerdictRecord.node_id)
-                .where(VerdictRecord.started_at >= start)
-                .order_by(NodeRecord.name, VerdictRecord.started_at, VerdictRecord.run_id)
-            ).all()
-        out = []
-        for name, group in groupby(rows, key=lambda r: r.name):
-            seen = list(group)
-            statuses = [Status(r.status) for r in seen]
-            transitions, slow = count_flips(statuses)
-            if transitions >= min_transitions:
-                out.append(
-                    FlakyRow(name, len(seen), slow, transitions, statuses[-1], seen[-1].started_at)
-                )
-        return sorted(out, key=lambda f: (-f.transitions, -f.slow_runs, f.node))
-
-    def latest_verdicts(self) -> list[LatestVerdictRow]:
-        """Each node's most recent verdict (prolog runs cover only some nodes), by node."""
-        from screener.store import views  # the admin read side lives there
-
-        return views.latest_verdicts(self)
 
     def node_events(self, node: str | None = None, limit: int = 50) -> list[EventRow]:
         """Latest events, newest first, for one node or for all."""

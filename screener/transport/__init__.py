@@ -1,5 +1,7 @@
-"""How screener reaches nodes: asyncssh (default), Fabric (optional extra) or locally."""
+"""How screener reaches nodes: asyncssh (default), Fabric (optional extra) or locally.
 
-from screener.transport.base import CommandResult, Transport, check, make_transport
+``screener.app.make_transport`` picks one from the policy (the composition root)."""
 
-__all__ = ["CommandResult", "Transport", "check", "make_transport"]
+from screener.transport.base import CommandResult, Transport, check
+
+__all__ = ["CommandResult", "Transport", "check"]

@@ -9,13 +9,13 @@ import re
 import shlex
 from collections.abc import Sequence
 from contextvars import ContextVar
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from screener.errors import ConfigError, TransportError
+from screener.runner import CommandResult
 
-if TYPE_CHECKING:
-    from screener.policy import TransportPolicy
+__all__ = ["CommandResult", "Transport", "check", "remote_command"]  # CommandResult lives in runner
+
 
 # Seconds the node-side ``timeout`` waits after SIGTERM before it sends SIGKILL.
 REMOTE_KILL_AFTER_S = 5.0
@@ -29,23 +29,6 @@ CLIENT_GRACE_S = 2.0
 RUN_TAG: ContextVar[str | None] = ContextVar("screener_run_tag", default=None)
 TAG_ENV = "SCREENER_RUN"
 TAG_RE = re.compile(r"[A-Za-z0-9-]{1,64}")
-
-
-@dataclass(frozen=True)
-class CommandResult:
-    """One finished command: where it ran, what ran, how it exited and what it printed."""
-
-    host: str
-    argv: tuple[str, ...]
-    exit_status: int
-    stdout: str
-    stderr: str
-    duration_s: float
-
-    @property
-    def ok(self) -> bool:
-        """True when the command exited 0."""
-        return self.exit_status == 0
 
 
 class Transport(Protocol):
@@ -106,20 +89,3 @@ def remote_command(argv: Sequence[str], timeout: float) -> str:
 def is_remote_timeout(exit_status: int, duration_s: float, timeout: float) -> bool:
     """True when the node-side ``timeout`` wrapper, not the command, ended the run."""
     return exit_status in TIMEOUT_EXIT_STATUSES and duration_s >= timeout * 0.98
-
-
-def make_transport(policy: TransportPolicy) -> Transport:
-    """The transport ``policy.kind`` names (asyncssh by default)."""
-    if policy.kind == "asyncssh":
-        from screener.transport.asyncssh_transport import AsyncsshTransport
-
-        return AsyncsshTransport(policy)
-    if policy.kind == "fabric":
-        from screener.transport.fabric_transport import FabricTransport
-
-        return FabricTransport(policy)
-    if policy.kind == "local":
-        from screener.transport.local import LocalTransport
-
-        return LocalTransport()
-    raise ConfigError(f"unknown transport kind {policy.kind!r} (asyncssh, fabric, local)")
