@@ -158,7 +158,7 @@ def test_read_history_is_ok_runs_only_newest_first(db_store: Store) -> None:
 def test_node_history_rows(db_store: Store) -> None:
     run_with(db_store, 1, {"node01": Status.OK, "node02": Status.OK}, trigger=Trigger.SWEEP)
     r2 = run_with(db_store, 2, {"node01": Status.SLOW_READ}, trigger=Trigger.PROLOG, job_id="77")
-    hist = db_store.node_history("node01", 10)
+    hist = views.node_history(db_store, "node01", at(0))
     newest = hist[0]
     assert (newest.run_id, newest.status, newest.trigger, newest.job_id) == (
         r2,
@@ -168,7 +168,7 @@ def test_node_history_rows(db_store: Store) -> None:
     )
     assert [h.status for h in hist] == [Status.SLOW_READ, Status.OK]
     assert hist[0].read_mb_s == 3000.0 and hist[0].reason == "node01 SLOW_READ"
-    assert len(db_store.node_history("node01", 1)) == 1
+    assert len(views.node_history(db_store, "node01", at(2))) == 1  # only run 2 since hour 2
 
 
 def test_latest_verdicts_picks_each_nodes_newest(db_store: Store) -> None:

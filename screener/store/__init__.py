@@ -5,8 +5,9 @@ SQLite is the embedded default, PostgreSQL the production backend; both are test
 is slow to import and a store at head never needs it).
 """
 
+from screener.store.opening import open_store
 from screener.store.rows import EventRow, LatestVerdictRow, NodeHistoryRow, RunRow
-from screener.store.store import Store, open_store
+from screener.store.store import Store
 
 __all__ = [
     "EventRow",

@@ -20,6 +20,7 @@ from sqlalchemy import Connection, insert, select, text, update
 from screener.errors import StoreError
 from screener.model import NodeProbe, RunSummary
 from screener.store import convert
+from screener.store.base import ensure_nodes, positive, run_started
 from screener.store.engine import translated
 from screener.store.models import (
     FactsRecord,
@@ -29,7 +30,7 @@ from screener.store.models import (
     RunRecord,
     VerdictRecord,
 )
-from screener.store.store import Store, _ensure_nodes, _positive, _run_started
+from screener.store.store import Store
 
 Rows = list[dict[str, Any]]
 _JSON_COLUMNS = {"md_arrays", "md_degraded", "md_rebuilding", "signals"}
@@ -37,14 +38,14 @@ _JSON_COLUMNS = {"md_arrays", "md_degraded", "md_rebuilding", "signals"}
 
 def record_round(store: Store, run_id: int, probes: Sequence[NodeProbe], round: int = 1) -> None:
     """Store every probe of one round of ``run_id`` (all or nothing)."""
-    _positive(round, "round")
+    positive(round, "round")
     names = [convert.node_name(p.node) for p in probes]
     heads = [convert.probe_row(p) for p in probes]
     if not probes:
         return
     with translated(f"record {len(probes)} probes of run {run_id}"), store.engine.begin() as conn:
-        started = _run_started(conn, run_id)
-        ids = _ensure_nodes(conn, names, started, touch=False)  # start_run moved last_seen
+        started = run_started(conn, run_id)
+        ids = ensure_nodes(conn, names, started, touch=False)  # start_run moved last_seen
         head_rows = [
             {"run_id": run_id, "node_id": ids[n], "round": round, **h}
             for n, h in zip(names, heads, strict=True)
@@ -79,11 +80,11 @@ def record_verdicts(store: Store, run_id: int, summary: RunSummary) -> None:
     names = [convert.node_name(v.node) for v in summary.verdicts]
     rows = [convert.verdict_row(v) for v in summary.verdicts]
     with translated(f"record the verdicts of run {run_id}"), store.engine.begin() as conn:
-        started: datetime = _run_started(conn, run_id)
+        started: datetime = run_started(conn, run_id)
         done = conn.execute(select(VerdictRecord.id).where(VerdictRecord.run_id == run_id))
         if done.first() is not None:
             raise StoreError(f"verdicts of run {run_id} are already recorded")
-        ids = _ensure_nodes(conn, names, started, touch=False)  # start_run moved last_seen
+        ids = ensure_nodes(conn, names, started, touch=False)  # start_run moved last_seen
         _write(
             conn,
             VerdictRecord,

@@ -17,6 +17,7 @@ from sqlalchemy import Connection, delete, insert, select
 from screener.errors import StoreError
 from screener.model import Status, Trigger
 from screener.store import convert
+from screener.store.base import JOB_ID_MAX, aware, ensure_nodes, new_id
 from screener.store.engine import screener_version, translated
 from screener.store.models import (
     EpisodeRecord,
@@ -26,7 +27,7 @@ from screener.store.models import (
     RunRecord,
     VerdictRecord,
 )
-from screener.store.store import JOB_ID_MAX, Store, _aware, _ensure_nodes, _new_id
+from screener.store.store import Store
 
 # Reason prefix of the episodes ingest writes (SlowNode reasons start with it), so a
 # --replace removes only those, never another writer's trigger-"job" episodes.
@@ -123,7 +124,7 @@ def record_ingest(
     episodes they wrote are removed in the same transaction.
     """
     job = _job_id(head.job_id)
-    at, observed = _aware(now, "now"), _aware(head.observed_at, "observed_at")
+    at, observed = aware(now, "now"), aware(head.observed_at, "observed_at")
     names = sorted({convert.node_name(r.node) for r in results if r.node is not None})
     for s in slow:
         convert.node_name(s.node)
@@ -147,8 +148,8 @@ def record_ingest(
                     EpisodeRecord.reason.startswith(EPISODE_PREFIX, autoescape=True),
                 )
             )
-        ids = _ensure_nodes(conn, names, observed, touch=False)
-        ingest_id = _new_id(
+        ids = ensure_nodes(conn, names, observed, touch=False)
+        ingest_id = new_id(
             conn.execute(
                 insert(JobIngestRecord).values(
                     job_id=job,
@@ -245,7 +246,7 @@ def job_results(store: Store, job_id: str) -> list[ResultRow]:
 def in_job_reads(store: Store, since: datetime) -> list[InJobRow]:
     """Per job ingested (latest ingest) with I/O observed since ``since``, per node: was
     its read phase judged, and was it an outlier."""
-    start = _aware(since, "since")
+    start = aware(since, "since")
     with _read(store, "read in-job results") as conn:
         heads = conn.execute(
             select(JobIngestRecord)

@@ -10,6 +10,7 @@ from sqlalchemy import insert, or_, select, update
 
 from screener.model import Status, Trigger
 from screener.store import convert
+from screener.store.base import aware, ensure_nodes
 from screener.store.models import (
     EpisodeRecord,
     EventRecord,
@@ -17,7 +18,7 @@ from screener.store.models import (
     RunRecord,
     VerdictRecord,
 )
-from screener.store.store import Store, _aware, _ensure_nodes
+from screener.store.store import Store
 
 
 class SlurmRecords:
@@ -38,9 +39,9 @@ class SlurmRecords:
     ) -> bool:
         """Start a slow episode for ``node`` unless one is open; True when one was started."""
         name = convert.node_name(node)
-        when = _aware(at, "at")
+        when = aware(at, "at")
         with self.store._write(f"open a slow episode of {name}") as conn:
-            node_id = _ensure_nodes(conn, [name], when, touch=False)[name]
+            node_id = ensure_nodes(conn, [name], when, touch=False)[name]
             open_id = conn.scalar(
                 select(EpisodeRecord.id).where(
                     EpisodeRecord.node_id == node_id, EpisodeRecord.ended_at.is_(None)
@@ -63,7 +64,7 @@ class SlurmRecords:
     def close_episodes(self, nodes: Sequence[str], at: datetime, run_id: int | None) -> list[str]:
         """End the open episode of each of ``nodes`` (they passed); returns the nodes closed."""
         names = [convert.node_name(n) for n in nodes]
-        when = _aware(at, "at")
+        when = aware(at, "at")
         if not names:
             return []
         with self.store._write("close slow episodes") as conn:

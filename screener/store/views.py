@@ -30,6 +30,7 @@ from screener.store.models import (
     RunRecord,
     VerdictRecord,
 )
+from screener.store.reads import run_row
 from screener.store.rows import (
     FlakyNodeRow,
     LatestVerdictRow,
@@ -39,7 +40,7 @@ from screener.store.rows import (
     RunNodeRow,
     RunRow,
 )
-from screener.store.store import Store, _run_row
+from screener.store.store import Store
 
 DRAIN_STATE_ACTIONS = ("drain", "resume")  # the events that change screener's drain state
 
@@ -61,7 +62,7 @@ def _read(store: Store, doing: str) -> Iterator[Connection]:
             yield conn
 
 
-def _aware(value: datetime, what: str) -> datetime:
+def aware(value: datetime, what: str) -> datetime:
     if value.tzinfo is None or value.utcoffset() is None:
         raise StoreError(f"{what} must be a timezone-aware datetime, got {value.isoformat()}")
     return value
@@ -178,7 +179,7 @@ def latest_verdicts(store: Store) -> list[LatestVerdictRow]:
 def node_overview(store: Store, now: datetime, slurm: SlurmStates | None = None) -> list[NodeRow]:
     """Every node: its latest verdict and figures, the age of its last probe, and whether
     screener drained it (its last drain/resume event is a drain). ``slurm`` adds live state."""
-    now = _aware(now, "now")
+    now = aware(now, "now")
     with _read(store, "list nodes") as conn:
         rows = _latest_rows(conn, _OVERVIEW)
     states = slurm.node_states([r.name for r in rows]) if slurm is not None else {}
@@ -208,7 +209,7 @@ def node_overview(store: Store, now: datetime, slurm: SlurmStates | None = None)
 
 def node_history(store: Store, node: str, since: datetime) -> list[NodeHistoryRow]:
     """The node's verdicts since ``since``, newest first (a range scan of one index)."""
-    start = _aware(since, "since")
+    start = aware(since, "since")
     v = VerdictRecord
     with _read(store, f"read the history of {node}") as conn:
         node_id = conn.scalar(select(NodeRecord.id).where(NodeRecord.name == node))
@@ -242,7 +243,7 @@ def node_history(store: Store, node: str, since: datetime) -> list[NodeHistoryRo
 def flaky(store: Store, since: datetime, min_episodes: int) -> list[FlakyNodeRow]:
     """Nodes with at least ``min_episodes`` slow episodes started since ``since`` (prolog,
     sweep and in-job alike), most episodes first, then most time spent slow."""
-    start = _aware(since, "since")
+    start = aware(since, "since")
     ep = EpisodeRecord
     repeat = (
         select(ep.node_id)
@@ -348,7 +349,7 @@ def run_detail(store: Store, run_id: int) -> RunDetail:
         )
         for v in verdicts
     )
-    header: RunRow = _run_row(run, counts)
+    header: RunRow = run_row(run, counts)
     return RunDetail(header, run.guard_reason, run.peer_read_median_mb_s, nodes)
 
 
