@@ -57,7 +57,7 @@ from screener.model import (  # noqa: E402
 )
 from screener.store import Store, bulk, convert, open_store, views  # noqa: E402
 from screener.store.migrate import upgrade  # noqa: E402
-from screener.store.models import EpisodeRecord, EventRecord, NodeRecord  # noqa: E402
+from screener.store.schema import EpisodeRecord, EventRecord, NodeRecord  # noqa: E402
 
 PG_ADMIN = os.environ.get("SCREENER_BENCH_PG_URL", "postgresql+psycopg://postgres@127.0.0.1/test")
 RESULTS = ROOT / "bench" / "results"

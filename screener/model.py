@@ -164,8 +164,9 @@ class NodeProbe:
     recipe: str | None = None  # fingerprint of the probe recipe (history compares like with like)
 
     @property
-    def ok(self) -> bool:
-        """True when the node produced usable figures."""
+    def usable(self) -> bool:
+        """True when the node produced figures to judge (not to be confused with Status.OK,
+        a verdict, nor CommandResult.succeeded, an exit status)."""
         return self.error is None and self.seq_read is not None and self.seq_write is not None
 
     @property

@@ -31,7 +31,7 @@ class CommandResult:
     duration_s: float
 
     @property
-    def ok(self) -> bool:
+    def succeeded(self) -> bool:
         """True when the command exited 0."""
         return self.exit_status == 0
 

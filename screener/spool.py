@@ -210,10 +210,10 @@ class SpoolingStore:
             self._on_started(self.run_id)
         return self.run_id if self.run_id is not None else -1
 
-    def record_probe(self, run_id: int, probe: NodeProbe, round: int) -> None:
-        self._record({"kind": "probe", "round": round, "probe": to_json(probe)})
+    def record_probe(self, run_id: int, probe: NodeProbe, round_no: int) -> None:
+        self._record({"kind": "probe", "round": round_no, "probe": to_json(probe)})
         if self.store is not None and self.run_id is not None:
-            self._try(self.store.record_probe, self.run_id, probe, round)
+            self._try(self.store.record_probe, self.run_id, probe, round_no)
 
     def record_verdicts(self, run_id: int, summary: RunSummary) -> None:
         self._record({"kind": "verdicts", "summary": to_json(summary)})

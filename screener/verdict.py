@@ -204,12 +204,12 @@ def evaluate(
     Errors of any kind give UNKNOWN. ``fleet`` holds recent figures of other nodes (same
     recipe), used as extra peers only when fewer than ``min_peers`` nodes are usable.
     """
-    usable = [p for p in probes if p.ok]
+    usable = [p for p in probes if p.usable]
     peers = _peers(usable, fleet, policy)
     drift = fact_drift({p.node: p.facts for p in usable})
     verdicts: dict[str, Verdict] = {}
     for p in probes:
-        if not p.ok:
+        if not p.usable:
             verdicts[p.node] = _failure(p, policy)
         else:
             hist = history.get(p.node, ())

@@ -22,7 +22,7 @@ from store_data import error_probe, full_probe
 
 from screener.model import NodeProbe, RunSummary, Status, Trigger, Verdict
 from screener.store import Store
-from screener.store.models import EpisodeRecord, EventRecord, NodeRecord
+from screener.store.schema import EpisodeRecord, EventRecord, NodeRecord
 
 NODES = [f"node{i:02d}" for i in range(1, 9)]
 SLOW = "node03"

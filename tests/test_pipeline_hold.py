@@ -122,5 +122,5 @@ def test_round_two_is_judged_beside_reference_nodes(cluster: Any, tmp_path: Path
     assert v.status == Status.OK and v.reason.startswith("transient:"), v
     assert "3 reference nodes" in v.reason
     assert result.run_id is not None
-    round2 = store.run_probes(result.run_id, round=2)
+    round2 = store.run_probes(result.run_id, round_no=2)
     assert slow in {p.node for p in round2} and len(round2) == 4

@@ -86,7 +86,7 @@ def test_captured_slow_reader_is_confirmed_and_stored(tmp_path: Path) -> None:
     assert result.probes["n3"].iostat and result.probes["n3"].facts is not None
     assert result.run_id is not None
     assert {v.node: v.status for v in store.run_verdicts(result.run_id)}["n3"] == Status.SLOW_READ
-    assert len(store.run_probes(result.run_id, round=2)) == 4
+    assert len(store.run_probes(result.run_id, round_no=2)) == 4
     # the recipe fingerprint is stored with the probe and the verdict
     assert {p.recipe for p in store.run_probes(result.run_id)} == {recipe_fingerprint(POLICY.probe)}
     assert {v.recipe for v in store.run_verdicts(result.run_id)} == {

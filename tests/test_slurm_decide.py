@@ -195,14 +195,14 @@ def test_step_lines_round_trip_even_interleaved() -> None:
     got = parse_node_lines("\n".join(["srun: noise", *mixed]))
     rounds, steady = got["n1"]
     assert steady is True and len(rounds) == 2
-    assert rounds[0].ok and rounds[0].seq_read == _fio_probe("n1").seq_read
+    assert rounds[0].usable and rounds[0].seq_read == _fio_probe("n1").seq_read
     assert got["n2"][0][0].error == "n2: fio missing"
 
 
 def test_step_results_missing_or_truncated_node_is_unknown() -> None:
     lines = node_lines("n1", [_fio_probe("n1")], None)
     out = step_results("\n".join(lines[:-1]), ["n1", "n2"])  # n1 lost its last chunk
-    assert all(not rs[0].ok and rs[0].error for rs in out.values())
+    assert all(not rs[0].usable and rs[0].error for rs in out.values())
 
 
 def test_srun_argv_one_task_per_node() -> None:

@@ -51,7 +51,7 @@ def test_sweep_drains_slow_node_then_resumes_it_after_k_passes(
         assert run.n_slow == 1 and run.n_ok == len(cluster.nodes) - 1
         # every held node was probed by the Slurm step on the node itself
         probes = store.run_probes(run.id)
-        assert {p.node for p in probes if p.ok} == set(cluster.nodes)
+        assert {p.node for p in probes if p.usable} == set(cluster.nodes)
         assert [e[0] for e in SlurmRecords(store).episodes(slow)] == ["sweep"]
 
     cluster.heal(slow)
@@ -99,7 +99,7 @@ def test_deep_sweep_stores_every_steady_state_round(cluster: Any, tmp_path: Path
         rounds = {n: 0 for n in cluster.nodes}
         for rnd in range(1, 6):
             for p in store.run_probes(run.id, rnd):
-                assert p.ok, p.error
+                assert p.usable, p.error
                 rounds[p.node] += 1
         # each node ran until 3 rounds were steady, or the cap of 4
         assert all(3 <= r <= 4 for r in rounds.values()), rounds

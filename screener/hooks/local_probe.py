@@ -25,7 +25,7 @@ def probe_here(policy: Policy, deep: bool) -> str:
             while True:
                 p = await probe_node(transport, node, policy)
                 rounds.append(p)
-                if not deep or not p.ok:
+                if not deep or not p.usable:
                     break
                 reads = [r.seq_read.bw_bytes for r in rounds if r.seq_read is not None]
                 steady = steady_state(

@@ -25,8 +25,8 @@ from prometheus_client.registry import Collector
 from screener.errors import ScreenerError
 from screener.model import Status, Trigger
 from screener.store import Store, views
-from screener.store.models import EVENT_ACTIONS, RUN_STATUSES
 from screener.store.rows import NodeRow
+from screener.store.schema import EVENT_ACTIONS, RUN_STATUSES
 
 log = logging.getLogger(__name__)
 

@@ -24,7 +24,7 @@ from screener.store.engine import (
     describe,
     translated,
 )
-from screener.store.models import (
+from screener.store.schema import (
     NodeRecord,
     RunRecord,
 )

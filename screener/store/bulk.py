@@ -22,7 +22,7 @@ from screener.model import NodeProbe, RunSummary
 from screener.store import convert
 from screener.store.base import ensure_nodes, positive, run_started
 from screener.store.engine import translated
-from screener.store.models import (
+from screener.store.schema import (
     FactsRecord,
     IostatRecord,
     NodeProbeRecord,
@@ -36,9 +36,9 @@ Rows = list[dict[str, Any]]
 _JSON_COLUMNS = {"md_arrays", "md_degraded", "md_rebuilding", "signals"}
 
 
-def record_round(store: Store, run_id: int, probes: Sequence[NodeProbe], round: int = 1) -> None:
+def record_round(store: Store, run_id: int, probes: Sequence[NodeProbe], round_no: int = 1) -> None:
     """Store every probe of one round of ``run_id`` (all or nothing)."""
-    positive(round, "round")
+    positive(round_no, "round")
     names = [convert.node_name(p.node) for p in probes]
     heads = [convert.probe_row(p) for p in probes]
     if not probes:
@@ -47,7 +47,7 @@ def record_round(store: Store, run_id: int, probes: Sequence[NodeProbe], round: 
         started = run_started(conn, run_id)
         ids = ensure_nodes(conn, names, started, touch=False)  # start_run moved last_seen
         head_rows = [
-            {"run_id": run_id, "node_id": ids[n], "round": round, **h}
+            {"run_id": run_id, "node_id": ids[n], "round": round_no, **h}
             for n, h in zip(names, heads, strict=True)
         ]
         if conn.dialect.name == "postgresql":

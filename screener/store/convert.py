@@ -22,7 +22,7 @@ from screener.model import (
     Status,
     Verdict,
 )
-from screener.store.models import JOB_KINDS
+from screener.store.schema import JOB_KINDS
 
 Row = dict[str, Any]
 Stored = Mapping[Any, Any]  # a row read back (SQLAlchemy RowMapping)

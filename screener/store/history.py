@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, Select, func, or_, select
 
 from screener.model import Status
-from screener.store.models import NodeRecord, VerdictRecord
+from screener.store.schema import NodeRecord, VerdictRecord
 
 
 def usable(recipe: str | None, since: datetime | None) -> list[ColumnElement[bool]]:

@@ -19,7 +19,7 @@ from screener.model import Status, Trigger
 from screener.store import convert
 from screener.store.base import JOB_ID_MAX, aware, ensure_nodes, new_id
 from screener.store.engine import screener_version, translated
-from screener.store.models import (
+from screener.store.schema import (
     EpisodeRecord,
     JobIngestRecord,
     JobResultRecord,

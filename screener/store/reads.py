@@ -14,7 +14,12 @@ from sqlalchemy import (
 from screener.model import FleetFigure, NodeProbe, Status, Trigger, Verdict
 from screener.store import convert, history
 from screener.store.base import StoreBase, aware
-from screener.store.models import (
+from screener.store.rows import (
+    EventRow,
+    RunRow,
+    is_slow,
+)
+from screener.store.schema import (
     EventRecord,
     FactsRecord,
     IostatRecord,
@@ -23,11 +28,6 @@ from screener.store.models import (
     ProbeJobRecord,
     RunRecord,
     VerdictRecord,
-)
-from screener.store.rows import (
-    EventRow,
-    RunRow,
-    is_slow,
 )
 
 
@@ -126,13 +126,13 @@ class StoreReads(StoreBase):
             ).all()
         return [convert.verdict_from_row(r.name, r._mapping) for r in rows]
 
-    def run_probes(self, run_id: int, round: int = 1) -> list[NodeProbe]:
+    def run_probes(self, run_id: int, round_no: int = 1) -> list[NodeProbe]:
         """The probes of one round of one run, rebuilt as NodeProbe objects, by node name."""
         with self._read(f"read the probes of run {run_id}") as conn:
             heads = conn.execute(
                 select(NodeRecord.name, NodeProbeRecord)
                 .join(NodeRecord, NodeRecord.id == NodeProbeRecord.node_id)
-                .where(NodeProbeRecord.run_id == run_id, NodeProbeRecord.round == round)
+                .where(NodeProbeRecord.run_id == run_id, NodeProbeRecord.round == round_no)
                 .order_by(NodeRecord.name)
             ).all()
             ids = [h.id for h in heads]

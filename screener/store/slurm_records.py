@@ -11,7 +11,7 @@ from sqlalchemy import insert, or_, select, update
 from screener.model import Status, Trigger
 from screener.store import convert
 from screener.store.base import aware, ensure_nodes
-from screener.store.models import (
+from screener.store.schema import (
     EpisodeRecord,
     EventRecord,
     NodeRecord,

@@ -21,7 +21,8 @@ from screener.store.base import JOB_ID_MAX, aware, ensure_nodes, new_id, positiv
 from screener.store.engine import (
     screener_version,
 )
-from screener.store.models import (
+from screener.store.reads import StoreReads
+from screener.store.schema import (
     EVENT_ACTIONS,
     RUN_STATUSES,
     EventRecord,
@@ -32,7 +33,6 @@ from screener.store.models import (
     RunRecord,
     VerdictRecord,
 )
-from screener.store.reads import StoreReads
 
 __all__ = ["JOB_ID_MAX", "Store"]
 
@@ -76,21 +76,21 @@ class Store(StoreReads):
             )
             return new_id(result)
 
-    def record_probe(self, run_id: int, probe: NodeProbe, round: int) -> None:
+    def record_probe(self, run_id: int, probe: NodeProbe, round_no: int) -> None:
         """Store one node's probe round: fio jobs, iostat samples, facts, raw output, error."""
         name = convert.node_name(probe.node)
-        positive(round, "round")
+        positive(round_no, "round")
         head = convert.probe_row(probe)
         jobs = convert.job_rows(probe)
         samples = convert.iostat_rows(probe)
         facts = None if probe.facts is None else convert.facts_row(probe.facts)
-        with self._write(f"record the probe of {name} (run {run_id}, round {round})") as conn:
+        with self._write(f"record the probe of {name} (run {run_id}, round {round_no})") as conn:
             started = run_started(conn, run_id)
             node_id = ensure_nodes(conn, [name], started, touch=True)[name]
             probe_id = new_id(
                 conn.execute(
                     insert(NodeProbeRecord).values(
-                        run_id=run_id, node_id=node_id, round=round, **head
+                        run_id=run_id, node_id=node_id, round=round_no, **head
                     )
                 )
             )

@@ -22,14 +22,6 @@ from screener.errors import StoreError
 from screener.model import Status, Trigger
 from screener.store import convert
 from screener.store.engine import translated
-from screener.store.models import (
-    EpisodeRecord,
-    EventRecord,
-    NodeProbeRecord,
-    NodeRecord,
-    RunRecord,
-    VerdictRecord,
-)
 from screener.store.reads import run_row
 from screener.store.rows import (
     FlakyNodeRow,
@@ -39,6 +31,14 @@ from screener.store.rows import (
     RunDetail,
     RunNodeRow,
     RunRow,
+)
+from screener.store.schema import (
+    EpisodeRecord,
+    EventRecord,
+    NodeProbeRecord,
+    NodeRecord,
+    RunRecord,
+    VerdictRecord,
 )
 from screener.store.store import Store
 
