@@ -128,6 +128,11 @@ def mount_scratch(device: str, scratch: str) -> list[str]:
     return [tool("mount"), "-t", "ext4", "-o", "noatime", device, scratch]
 
 
+def bind_mount(source: Path, target: str) -> list[str]:
+    """Bind ``source`` over ``target`` inside the node only (run via in_node)."""
+    return [tool("mount"), "--bind", str(source), target]
+
+
 def mount_overlay_hide(whiteout_dir: Path, target: str) -> list[str]:
     """Overlay `target` with a layer whose whiteouts hide files (no_fio; run via in_node)."""
     return [

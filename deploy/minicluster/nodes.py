@@ -7,6 +7,7 @@ import contextlib
 import errno
 import ipaddress
 import os
+import pwd
 import signal
 import socket
 import stat
@@ -85,9 +86,27 @@ class Nodes:
             lambda: tail(self._log(node, "holder")),
         )
         run(argv.in_node(holder.pid, argv.set_hostname(node)))
+        self._quiet_login_shell(node, holder)
         if not info.spec.sshd_only:
             self._make_scratch(node, holder)
         self.start_sshd(node, deadline)
+
+    def _quiet_login_shell(self, node: str, holder: Proc) -> None:
+        """Hide this machine's ~root/.bashrc inside the node (an empty file bound over it).
+
+        sshd runs every command through root's bash, which sources ~/.bashrc even when not
+        interactive. A development machine's .bashrc (here: `pyenv init`, which rehashes
+        under a lock file) then runs on every probe command: slower, and a session killed
+        mid-rehash leaves a stale lock that stalls every later SSH command for 60 s. A real
+        compute node has none of that, so the emulated one does not either.
+        """
+        rc = Path(pwd.getpwuid(0).pw_dir) / ".bashrc"
+        if not rc.is_file():
+            return
+        empty = self.info.node_dir(node) / "empty-bashrc"
+        empty.write_text("# the node's root has no .bashrc (deploy/minicluster/nodes.py)\n")
+        run(argv.in_node(holder.pid, argv.bind_mount(empty, str(rc))))
+        self.rec.add_mount(node, str(rc))
 
     def _make_scratch(self, node: str, holder: Proc) -> None:
         """Sparse image -> ext4 -> loop device -> mounted at /scratch inside the node only.
