@@ -201,6 +201,13 @@ def open_results(policy: Policy) -> Store:
     return open_store(database_url(policy), readonly=True)
 
 
+def open_for_actions(policy: Policy) -> Store:
+    """The store for admin commands that record what they did (`resume`): writable, and
+    the embedded SQLite is created and migrated on first use, as for a screen."""
+    url = database_url(policy)
+    return open_store(url, upgrade=url.startswith("sqlite"))
+
+
 def make_transport(policy: TransportPolicy) -> Transport:
     """The transport ``policy.kind`` names (asyncssh by default).
 

@@ -96,7 +96,7 @@ def resume(args: argparse.Namespace, console: Console) -> int:
     missing = [n for n in names if n not in found]
     if missing:
         raise SlurmError(f"Slurm does not know {', '.join(missing)}")
-    with app.open_results(policy) as store:
+    with app.open_for_actions(policy) as store:  # resume records its events
         records = SlurmRecords(store)
         done = [
             resume_node(
