@@ -12,6 +12,7 @@ from screener.ingest.accuracy import compare_all, compare_job, summarize, unknow
 from screener.ingest.files import load_files
 from screener.ingest.judge import judge_job
 from screener.ingest.layout import block_layout
+from screener.ingest.service import store_rows
 from screener.model import RunSummary, Status, Trigger, Verdict
 from screener.policy import VerdictPolicy
 from screener.store import Store
@@ -19,8 +20,6 @@ from screener.store.jobs import (
     IngestHead,
     InJobRow,
     PrologRow,
-    ResultRow,
-    SlowRow,
     in_job_reads,
     prolog_verdicts,
     record_ingest,
@@ -123,23 +122,7 @@ def _ingest(store: Store, job: str, files: list[str], at: datetime, replace: boo
         load_files([DATA / f for f in files]), block_layout(nodes, 1), VerdictPolicy()
     )
     head = IngestHead(job, "batch", "node[01-04]", "block", tuple(files), figures.notes, at)
-    rows = [
-        ResultRow(
-            f.node,
-            f.phase.value,
-            f.iteration,
-            f.ranks,
-            f.bytes,
-            f.seconds,
-            f.throughput_bytes_s,
-            f.ratio,
-            f.z,
-            f.outlier,
-            f.source.value,
-        )
-        for f in figures.figures
-    ]
-    slow = [SlowRow(s.node, s.reason) for s in figures.slow]
+    rows, slow = store_rows(figures)
     return record_ingest(store, head, rows, slow, now=at + timedelta(seconds=5), replace=replace)
 
 

@@ -115,6 +115,15 @@ def ingest(
         notes=figures.notes,
         observed_at=observed_at,
     )
+    rows, slow = store_rows(figures)
+    url = database_url(policy)
+    with open_store(url, upgrade=url.startswith("sqlite")) as store:
+        ingest_id = record_ingest(store, head, rows, slow, now=now, replace=replace)
+    return Ingested(job_id, figures, how, ingest_id)
+
+
+def store_rows(figures: JobFigures) -> tuple[list[ResultRow], list[SlowRow]]:
+    """The judged figures of a job as the rows store/jobs.py writes (results, slow nodes)."""
     rows = [
         ResultRow(
             f.node,
@@ -131,8 +140,4 @@ def ingest(
         )
         for f in figures.figures
     ]
-    slow = [SlowRow(s.node, s.reason) for s in figures.slow]
-    url = database_url(policy)
-    with open_store(url, upgrade=url.startswith("sqlite")) as store:
-        ingest_id = record_ingest(store, head, rows, slow, now=now, replace=replace)
-    return Ingested(job_id, figures, how, ingest_id)
+    return rows, [SlowRow(s.node, s.reason) for s in figures.slow]

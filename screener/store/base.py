@@ -20,6 +20,8 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql, sqlite
 
 from screener.errors import StoreError
+from screener.model import RunSummary
+from screener.store import convert
 from screener.store.engine import (
     describe,
     translated,
@@ -135,3 +137,17 @@ class StoreBase:
             conn.execution_options(sqlite_begin="DEFERRED")
             with conn.begin():
                 yield conn
+
+
+def record_run_outcome(conn: Connection, run_id: int, summary: RunSummary) -> None:
+    """The run-level flags of a judged run (shared cause, peer medians) on its runs row."""
+    conn.execute(
+        update(RunRecord)
+        .where(RunRecord.id == run_id)
+        .values(
+            shared_cause=summary.shared_cause,
+            shared_cause_reason=summary.shared_cause_reason,
+            peer_read_median_mb_s=convert.figure(summary.peer_read_median_mb_s),
+            peer_rand_median_iops=convert.figure(summary.peer_rand_median_iops),
+        )
+    )

@@ -15,19 +15,18 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, insert, select, text, update
+from sqlalchemy import Connection, insert, select, text
 
 from screener.errors import StoreError
 from screener.model import NodeProbe, RunSummary
 from screener.store import convert
-from screener.store.base import ensure_nodes, positive, run_started
+from screener.store.base import ensure_nodes, positive, record_run_outcome, run_started
 from screener.store.engine import translated
 from screener.store.schema import (
     FactsRecord,
     IostatRecord,
     NodeProbeRecord,
     ProbeJobRecord,
-    RunRecord,
     VerdictRecord,
 )
 from screener.store.store import Store
@@ -93,16 +92,7 @@ def record_verdicts(store: Store, run_id: int, summary: RunSummary) -> None:
                 for n, r in zip(names, rows, strict=True)
             ],
         )
-        conn.execute(
-            update(RunRecord)
-            .where(RunRecord.id == run_id)
-            .values(
-                shared_cause=summary.shared_cause,
-                shared_cause_reason=summary.shared_cause_reason,
-                peer_read_median_mb_s=convert.figure(summary.peer_read_median_mb_s),
-                peer_rand_median_iops=convert.figure(summary.peer_rand_median_iops),
-            )
-        )
+        record_run_outcome(conn, run_id, summary)
 
 
 def _write(conn: Connection, table: Any, rows: Rows) -> None:

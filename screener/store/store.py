@@ -17,7 +17,15 @@ from sqlalchemy import (
 from screener.errors import StoreError
 from screener.model import NodeProbe, RunSummary, Trigger
 from screener.store import convert
-from screener.store.base import JOB_ID_MAX, aware, ensure_nodes, new_id, positive, run_started
+from screener.store.base import (
+    JOB_ID_MAX,
+    aware,
+    ensure_nodes,
+    new_id,
+    positive,
+    record_run_outcome,
+    run_started,
+)
 from screener.store.engine import (
     screener_version,
 )
@@ -118,16 +126,7 @@ class Store(StoreReads):
                         for n, r in zip(names, rows, strict=True)
                     ],
                 )
-            conn.execute(
-                update(RunRecord)
-                .where(RunRecord.id == run_id)
-                .values(
-                    shared_cause=summary.shared_cause,
-                    shared_cause_reason=summary.shared_cause_reason,
-                    peer_read_median_mb_s=convert.figure(summary.peer_read_median_mb_s),
-                    peer_rand_median_iops=convert.figure(summary.peer_rand_median_iops),
-                )
-            )
+            record_run_outcome(conn, run_id, summary)
 
     def finish_run(self, run_id: int, finished_at: datetime, status: str = "done") -> None:
         """Close a run with its final status (done or failed)."""
