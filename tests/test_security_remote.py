@@ -94,7 +94,13 @@ def test_sigterm_kills_the_remote_fio_by_run_tag(cluster: ClusterHandle, tmp_pat
     )
     wait_for(lambda: list((tmp_path / "spool").glob("live-*.json")), 60, "the live marker")
     tag = live_tag(tmp_path)
-    timed = lambda: [p for p in tagged_pids(tag) if b"--time_based" in cmdline(p)]  # noqa: E731
+    # One `timeout ... fio --time_based` wrapper per node (fio itself shows up twice under it:
+    # its main process and the forked job), so count the wrappers.
+    timed = lambda: [  # noqa: E731
+        p
+        for p in tagged_pids(tag)
+        if b"--time_based" in cmdline(p) and cmdline(p).split(b"\0")[0].endswith(b"timeout")
+    ]
     wait_for(lambda: len(timed()) == len(nodes), 120, "fio on every node")
     remote = tagged_pids(tag)
     proc.send_signal(signal.SIGTERM)
