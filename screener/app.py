@@ -13,7 +13,7 @@ import secrets
 import signal
 import socket
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 
 from screener import live, spool
@@ -26,6 +26,11 @@ from screener.store import Store, open_store
 from screener.store.engine import describe, parse_url
 from screener.transport.base import RUN_TAG, Transport
 from screener.transport.cleanup import CLEANUP_TIMEOUT_S, kill_tagged
+
+# Runs inside the screen's event loop once the verdicts are in, with the same transport (its
+# SSH connections still open) and under the same SIGTERM handling: the prolog's drains and
+# in-job iostat start.
+AfterScreen = Callable[[Transport, "ScreenResult"], Awaitable[None]]
 
 
 def screen_policy(
@@ -73,12 +78,17 @@ def run_screen(
     on_done: NodeDone | None = None,
     between_rounds: BetweenRounds | None = None,
     deadline_s: float | None = None,
+    store: Store | None = None,
+    db_unavailable: str | None = None,
+    after: AfterScreen | None = None,
 ) -> ScreenResult:
     """Open the store (migrating the embedded SQLite on first use), then screen ``nodes``.
 
     A DB that cannot be reached does not stop the screen: results go to the local spool
     (screener.spool) and are replayed on a later run. SIGTERM and SIGINT stop the probes on
     every node (by run tag), mark the run failed and raise Terminated / KeyboardInterrupt.
+    A caller that already holds the store passes it (``store``, left open), or says why it
+    could not open it (``db_unavailable``: spool at once, no second connect timeout).
     """
     url = database_url(policy)
     where = describe(parse_url(url))  # a malformed URL is a config mistake: refuse it
@@ -86,12 +96,13 @@ def run_screen(
     policy = dataclasses.replace(policy, store=dataclasses.replace(policy.store, url=url))
     tag = new_run_tag()
     spool_dir = policy.store.spool_dir
-    db: Store | None = None
+    db: Store | None = store
     recorder: spool.SpoolingStore | None = None
     if store_results:
-        reason = ""
+        reason = db_unavailable or ""
         try:
-            db = open_store(url, upgrade=url.startswith("sqlite"))
+            if db is None and db_unavailable is None:
+                db = open_store(url, upgrade=url.startswith("sqlite"))
         except StoreError as exc:
             if url.startswith("sqlite"):  # a local file: a path/permission mistake, not an outage
                 raise
@@ -104,19 +115,36 @@ def run_screen(
     marker = live.mark_live(spool_dir, tag, nodes, policy.transport.kind)
     try:
         result = _run(
-            nodes, policy, tag, recorder, trigger, job_id, on_done, between_rounds, deadline_s
+            nodes,
+            policy,
+            tag,
+            recorder,
+            trigger,
+            job_id,
+            on_done,
+            between_rounds,
+            deadline_s,
+            after,
         )
+        if db is not None and not (recorder and recorder.spooled):
+            with contextlib.suppress(StoreError):  # earlier spooled runs, now the DB is back
+                spool.replay(db, spool_dir, where)
     finally:
         if marker is not None:
             marker.unlink(missing_ok=True)
+        if db is not None and store is None:  # ours to close; a caller's stays open
+            db.close()
+    return result
+
+
+def _settled(result: ScreenResult, recorder: spool.SpoolingStore | None) -> ScreenResult:
+    """``result`` with the recorder's outcome: the DB run id, or why the run was spooled
+    (or lost) as ``store_error`` — a caller must not act on a run the DB does not hold."""
     if recorder is not None and recorder.lost is not None:
-        result = dataclasses.replace(result, run_id=recorder.run_id, store_error=str(recorder.lost))
-    elif recorder is not None and recorder.spooled:
+        return dataclasses.replace(result, run_id=recorder.run_id, store_error=str(recorder.lost))
+    if recorder is not None and recorder.spooled:
         note = f"database unavailable ({recorder.reason}); {spool.SPOOLED_NOTE} {recorder.path}"
-        result = dataclasses.replace(result, run_id=recorder.run_id, store_error=note)
-    if db is not None and not (recorder and recorder.spooled):
-        with contextlib.suppress(StoreError):  # earlier spooled runs, now that the DB is back
-            spool.replay(db, spool_dir, where)
+        return dataclasses.replace(result, run_id=recorder.run_id, store_error=note)
     return result
 
 
@@ -130,6 +158,7 @@ def _run(
     on_done: NodeDone | None,
     between_rounds: BetweenRounds | None,
     deadline_s: float | None,
+    after: AfterScreen | None = None,
 ) -> ScreenResult:
     """The event loop of one screen, with SIGTERM turned into a clean stop."""
     terminated: list[int] = []
@@ -149,7 +178,7 @@ def _run(
         transport = make_transport(policy.transport)
         try:
             await _recover(transport, policy, store)
-            return await screen(
+            result = await screen(
                 nodes,
                 policy,
                 transport,
@@ -161,6 +190,10 @@ def _run(
                 between_rounds=between_rounds,
                 deadline_s=deadline_s,
             )
+            result = _settled(result, store)
+            if after is not None:
+                await after(transport, result)
+            return result
         except asyncio.CancelledError:
             # SIGTERM/SIGINT: closing the channels does not stop fio on the nodes; kill what
             # carries this run's tag, by pid, within a bounded time, then go on stopping.

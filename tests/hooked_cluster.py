@@ -60,7 +60,7 @@ def write_config(path: Path, cluster: ClusterHandle, db: str, log: Path, **secti
             "connect_timeout_s": 5.0,
             "command_timeout_s": 60.0,
         },
-        "store": {"url": db},
+        "store": {"url": db, "spool_dir": str(path.parent / "spool")},
         "prolog": {"log_file": str(log), "budget_s": 120.0, "iostat_interval_s": 1},
         "slurm": {"partition_max_drain_fraction": 0.5},
     }

@@ -6,6 +6,7 @@ wrapper that sets SCREENER_CONFIG), which screens, drains and makes Slurm requeu
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -136,9 +137,14 @@ def test_unreachable_database_fails_open(site: dict[str, Any]) -> None:
     job = wait_job(cluster, job_id)
     log = site["log"].read_text()
     assert job["job_state"] == "COMPLETED" and job["restart_cnt"] == 0, log
-    assert f"job {job_id}: cannot connect to database" in log
-    assert "fail open: job runs unscreened" in log
+    assert f"job {job_id}: database unavailable (cannot connect to database" in log
+    assert "fail open: the job runs, nobody drained" in log
     assert job_state(cluster, job_id)["nodes"]
+    # The screen still ran (same decision path) and its results wait in the spool.
+    spooled = list((site["config"].parent / "spool").glob("run-*.jsonl"))
+    assert len(spooled) == 1, log
+    head = json.loads(spooled[0].read_text().splitlines()[0])
+    assert (head["kind"], head["trigger"], head["job_id"]) == ("run", "prolog", job_id)
 
 
 def _wait_for(what: str, check: Any, timeout: float = 120.0) -> Any:

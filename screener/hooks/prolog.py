@@ -4,32 +4,40 @@ Read the job from the environment, screen only opted-in jobs, skip nodes that pa
 recently (never flaky ones), screen the rest within the budget, drain confirmed slow nodes
 (behind the mass-drain guard) and exit 1 so Slurm requeues the job onto healthy nodes.
 Any internal error fails open (exit 0, said in the log) unless ``fail_closed``.
+
+The screen goes through ``app.run_screen``, like `screener screen`: a run tag on every remote
+process, SIGTERM (PrologEpilogTimeout) stops fio on the nodes and marks the run failed, and
+a database that does not answer sends the results to the local spool. Nobody is drained
+from a run the database does not hold (it could never be resumed): that is a fail-open.
+Heavy modules (the store, the pipeline) are imported only once a job is selected.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
 
-from screener.app import make_transport
 from screener.errors import ConfigError, ScreenerError, SlurmError, StoreError
-from screener.hooks import actions
-from screener.hooks.decide import fast_path, selects
+from screener.hooks.decide import drainable, fast_path, selects
 from screener.hooks.logging import HookLog
-from screener.hooks.start_iostat import start_job_iostat
-from screener.model import Trigger
 from screener.nodes import expand_nodeset, fold_nodes
-from screener.pipeline import screen
 from screener.policy import Policy, database_url
 from screener.slurm import SlurmClient, SlurmJob, select_client
 from screener.slurm.model import check_job_id
-from screener.store import Store, open_store
-from screener.store.slurm_records import SlurmRecords
+
+if TYPE_CHECKING:
+    from screener.pipeline import ScreenResult
+    from screener.store import Store
+    from screener.store.slurm_records import SlurmRecords
+    from screener.transport.base import Transport
 
 EXIT_REQUEUE = 1  # non-zero from PrologSlurmctld: Slurm requeues the batch job
 # Seconds kept back from the budget for deciding, draining and recording.
@@ -69,6 +77,10 @@ def run_prolog(
     if not ok:
         log(f"job {job.job_id}: not screened: {why}")
         return 0
+    from screener.store import open_store  # only for selected jobs: the rest exit at once
+
+    url = database_url(policy)
+    store: Store | None = None
     try:
         if client is None:
             client, backend = select_client(policy.slurm)
@@ -78,81 +90,154 @@ def run_prolog(
             f"job {job.job_id} ({job.name}) on {fold_nodes(job.nodes)}: screening ({why}); "
             f"slurm backend {backend}"
         )
-        store = open_store(database_url(policy), upgrade=database_url(policy).startswith("sqlite"))
+        store = open_store(url, upgrade=url.startswith("sqlite"))
+        unavailable = None
+    except StoreError as exc:
+        if url.startswith("sqlite"):  # a local file: a path/permission mistake, not an outage
+            return _fail(policy, log, f"job {job.job_id}: {exc}")
+        unavailable = str(exc)
+        log(f"job {job.job_id}: database unavailable ({exc}): every node is probed, results go")
+        log("to the spool, and nobody is drained (a drain the database cannot hold is never")
+        log("resumed)")
     except ScreenerError as exc:
         return _fail(policy, log, f"job {job.job_id}: {exc}")
+    assert client is not None  # set above, or we returned
     try:
-        return asyncio.run(_screen_job(policy, job, client, store, log, t0))
+        return _screen_job(policy, job, client, store, unavailable, log, t0)
     except ScreenerError as exc:
         return _fail(policy, log, f"job {job.job_id}: {exc}")
     finally:
-        store.close()
+        if store is not None:
+            store.close()
 
 
-async def _screen_job(
-    policy: Policy, job: SlurmJob, client: SlurmClient, store: Store, log: HookLog, t0: float
+def _screen_job(
+    policy: Policy,
+    job: SlurmJob,
+    client: SlurmClient,
+    store: Store | None,
+    unavailable: str | None,
+    log: HookLog,
+    t0: float,
 ) -> int:
+    from screener import app
+    from screener.model import Trigger
+    from screener.store.slurm_records import SlurmRecords
+
     pp = policy.prolog
-    records = SlurmRecords(store)
-    now = datetime.now(UTC)
-    last = records.last_pass(job.nodes)
-    flaky = records.flaky_since(job.nodes, now - timedelta(seconds=pp.flaky_window_s))
-    skip, probe = fast_path(job.nodes, last, flaky, now, pp.fresh_s)
+    records = SlurmRecords(store) if store is not None else None
+    skip: list[str] = []
+    probe = list(job.nodes)
+    if records is not None:
+        now = datetime.now(UTC)
+        last = records.last_pass(job.nodes)
+        flaky = records.flaky_since(job.nodes, now - timedelta(seconds=pp.flaky_window_s))
+        skip, probe = fast_path(job.nodes, last, flaky, now, pp.fresh_s)
     if skip:
         log(f"fast path: {fold_nodes(skip)} passed within {pp.fresh_s:g}s, not probed")
-    drained: list[str] = []
-    devices: dict[str, str] = {}
+    outcome: list[int] = []
+
+    async def after(transport: Transport, result: ScreenResult) -> None:
+        outcome.append(_act(policy, job, client, records, result, log))
+        if outcome[0] == 0 and pp.iostat:
+            await _start_iostat(transport, job, result, policy, log)
+
+    if probe:
+        budget = pp.budget_s - (time.monotonic() - t0) - DECIDE_RESERVE_S
+        app.run_screen(
+            probe,
+            policy,
+            trigger=Trigger.PROLOG,
+            job_id=job.job_id,
+            deadline_s=max(budget, 0.1),
+            store=store,
+            db_unavailable=unavailable,
+            after=after,
+        )
+    elif pp.iostat:
+        asyncio.run(_iostat_only(policy, job, log))
+    code = outcome[0] if outcome else 0
+    if code == EXIT_REQUEUE:
+        if pp.release_requeued:
+            _spawn_release(job.job_id, log)
+        log(f"job {job.job_id}: exit {EXIT_REQUEUE} so Slurm requeues it onto healthy nodes")
+        return EXIT_REQUEUE
+    log(f"job {job.job_id}: may start ({time.monotonic() - t0:.1f}s)")
+    return code
+
+
+def _act(
+    policy: Policy,
+    job: SlurmJob,
+    client: SlurmClient,
+    records: SlurmRecords | None,
+    result: ScreenResult,
+    log: HookLog,
+) -> int:
+    """Log the verdicts, then drain (guarded) what the stored run found slow: the exit code."""
+    from screener.hooks import actions
+    from screener.model import Trigger
+
+    for v in result.summary.verdicts:
+        log(f"{v.node}: {v.status.value} {v.reason}")
+    if records is None or result.store_error:
+        slow = [v.node for v in drainable(result.summary, policy.verdict.confirm)]
+        if slow:
+            log(f"not draining {fold_nodes(slow)}: the database does not hold this run")
+        return _fail(policy, log, f"job {job.job_id}: {result.store_error or 'no database'}")
+    now = datetime.now(UTC)
+    actions.close_passing(result.summary, records, now, result.run_id)
+    partition = [
+        n.name for n in client.nodes() if not job.partition or job.partition in n.partitions
+    ]
+    plan = actions.decide_drains(
+        result.summary, result.run_id, len(job.nodes), partition, records, policy, now
+    )
+    with _deferred_sigterm():  # a drain and its record go together (PrologEpilogTimeout)
+        drained = actions.apply_drains(
+            plan,
+            client,
+            records,
+            result.run_id,
+            Trigger.PROLOG,
+            job.job_id,
+            now,
+            policy.slurm.dry_run,
+            log,
+        )
+    return EXIT_REQUEUE if drained else 0
+
+
+@contextmanager
+def _deferred_sigterm() -> Iterator[None]:
+    """Hold SIGTERM while Slurm is changed and the change recorded; it is delivered after.
+    (SIGKILL cannot be held: the next run reconciles pending drains.)"""
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+async def _start_iostat(
+    transport: Transport, job: SlurmJob, result: ScreenResult, policy: Policy, log: HookLog
+) -> None:
+    from screener.hooks.start_iostat import start_job_iostat
+
+    devices = {n: p.facts.device for n, p in result.probes.items() if p.facts and p.facts.device}
+    await start_job_iostat(transport, job, devices, policy, log)
+
+
+async def _iostat_only(policy: Policy, job: SlurmJob, log: HookLog) -> None:
+    """Every node took the fast path: start in-job iostat on its own connections."""
+    from screener.app import make_transport
+    from screener.hooks.start_iostat import start_job_iostat
+
     transport = make_transport(policy.transport)
     try:
-        if probe:
-            budget = pp.budget_s - (time.monotonic() - t0) - DECIDE_RESERVE_S
-            result = await screen(
-                probe,
-                policy,
-                transport,
-                store,
-                trigger=Trigger.PROLOG,
-                job_id=job.job_id,
-                nodeset=fold_nodes(probe),
-                deadline_s=max(budget, 0.1),
-            )
-            if result.store_error:
-                raise StoreError(result.store_error)
-            devices = {
-                n: p.facts.device for n, p in result.probes.items() if p.facts and p.facts.device
-            }
-            for v in result.summary.verdicts:
-                log(f"{v.node}: {v.status.value} {v.reason}")
-            now = datetime.now(UTC)
-            actions.close_passing(result.summary, records, now, result.run_id)
-            partition = [
-                n.name for n in client.nodes() if not job.partition or job.partition in n.partitions
-            ]
-            plan = actions.decide_drains(
-                result.summary, result.run_id, len(job.nodes), partition, records, policy, now
-            )
-            drained = actions.apply_drains(
-                plan,
-                client,
-                records,
-                result.run_id,
-                Trigger.PROLOG,
-                job.job_id,
-                now,
-                policy.slurm.dry_run,
-                log,
-            )
-        if drained:
-            if pp.release_requeued:
-                _spawn_release(job.job_id, log)
-            log(f"job {job.job_id}: exit {EXIT_REQUEUE} so Slurm requeues it onto healthy nodes")
-            return EXIT_REQUEUE
-        if pp.iostat:
-            await start_job_iostat(transport, job, devices, policy, log)
+        await start_job_iostat(transport, job, {}, policy, log)
     finally:
         await transport.close()
-    log(f"job {job.job_id}: may start ({time.monotonic() - t0:.1f}s)")
-    return 0
 
 
 def _fail(policy: Policy, log: HookLog, message: str) -> int:
@@ -160,7 +245,7 @@ def _fail(policy: Policy, log: HookLog, message: str) -> int:
     if policy.prolog.fail_closed:
         log(f"{message}; fail closed (prolog.fail_closed = true): job requeued")
         return EXIT_REQUEUE
-    log(f"{message}; fail open: job runs unscreened")
+    log(f"{message}; fail open: the job runs, nobody drained")
     return 0
 
 
