@@ -209,3 +209,51 @@ def test_keep_file_false_removes_the_probe_file(cluster: ClusterHandle, tmp_path
         assert res.returncode in (0, 3), res.stderr
         mode = on_node("stat", "-c", "%a", probe)
         assert (mode.stdout.strip() or "gone") == expect, (keep, mode.stdout, mode.stderr)
+
+
+def test_sigterm_during_a_prolog_stops_fio_and_fails_the_run(
+    cluster: ClusterHandle, tmp_path: Path
+) -> None:
+    """PrologEpilogTimeout sends SIGTERM: the prolog stops fio on its nodes (by run tag),
+    marks its run failed, drains nobody and exits 143 with one line saying so."""
+    nodes = cluster.nodes[:2]
+    db = tmp_path / "db.sqlite"
+    cfg = config(cluster, tmp_path, 60)
+    cfg.write_text(
+        cfg.read_text()
+        + f'[prolog]\ncomment_token = "screener=on"\nlog_file = "{tmp_path}/prolog.log"\n'
+    )
+    env = {
+        **cluster.env(),
+        "SCREENER_DATABASE_URL": f"sqlite:///{db}",
+        "SLURM_JOB_ID": "4242",
+        "SLURM_JOB_NODELIST": ",".join(nodes),
+        "SLURM_JOB_NAME": "ior",
+        "SLURM_JOB_COMMENT": "screener=on",
+    }
+    proc = subprocess.Popen(
+        [*SCREENER, "--config", str(cfg), "prolog"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    wait_for(lambda: list((tmp_path / "spool").glob("live-*.json")), 60, "the live marker")
+    tag = live_tag(tmp_path)
+    wrappers = lambda: [  # noqa: E731
+        p
+        for p in tagged_pids(tag)
+        if b"--time_based" in cmdline(p) and cmdline(p).split(b"\0")[0].endswith(b"timeout")
+    ]
+    wait_for(lambda: len(wrappers()) == len(nodes), 120, "fio on every node")
+    remote = tagged_pids(tag)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, err
+    assert "terminated" in err and "Traceback" not in err
+    assert remote and tagged_pids(tag) == []
+    with sqlite3.connect(db) as con:
+        assert con.execute("select trigger, job_id, status from runs").fetchall() == [
+            ("prolog", "4242", "failed")
+        ]
+        assert con.execute("select count(*) from node_events").fetchone() == (0,)
