@@ -4,6 +4,7 @@ after K passing sweeps."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -104,3 +105,27 @@ def test_deep_sweep_stores_every_steady_state_round(cluster: Any, tmp_path: Path
         # each node ran until 3 rounds were steady, or the cap of 4
         assert all(3 <= r <= 4 for r in rounds.values()), rounds
         assert run.n_ok + run.n_slow + run.n_degraded == len(cluster.nodes)
+
+
+def test_sweep_with_the_database_down_spools_and_drains_nobody(
+    cluster: Any, tmp_path: Path
+) -> None:
+    """A database that does not answer: every held node is still probed and judged, the run
+    goes to the spool, and nobody is drained (the drain could never be resumed)."""
+    config = tmp_path / "screener.toml"
+    write_config(config, cluster, "postgresql://screener@127.0.0.1:9/none", tmp_path / "log")
+    slow = cluster.nodes[0]
+    cluster.inject(slow, "slow_read", "20M")
+    try:
+        log = _sweep(cluster, config, tmp_path)
+    finally:
+        cluster.heal(slow)
+    assert "database unavailable (cannot connect to database" in log
+    assert f"{slow}: SLOW_READ" in log and "nobody drained" in log, log
+    assert "DRAIN" not in sinfo_nodes(cluster)[slow]["state_flags"]
+    (spooled,) = (tmp_path / "spool").glob("run-*.jsonl")
+    entries = [json.loads(line) for line in spooled.read_text().splitlines()]
+    assert (entries[0]["kind"], entries[0]["trigger"]) == ("run", "sweep")
+    probed = {e["probe"]["node"] for e in entries if e["kind"] == "probe"}
+    assert probed == set(cluster.nodes)
+    assert entries[-1]["kind"] == "finish" and entries[-1]["status"] == "done"

@@ -5,17 +5,24 @@ Nodes the job holds are probed by a Slurm step on each of them (``srun screener 
 job) are probed over SSH. All results are judged once, suspects re-probed the same way.
 Slow held nodes are drained (guarded); a screener-drained node is resumed after
 ``sweep.resume_after`` consecutive passing sweeps, if its reason is still screener's.
+
+Results are written through the spool (screener.spool), like a screen's: a database that
+does not answer still gets every figure later (`screener spool replay`), but then nobody is
+drained or resumed, and drained nodes are not probed (which ones are screener's is in the
+database). Remote processes carry the run tag, so a killed sweep's leftovers are found.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 
-from screener.app import make_transport
-from screener.errors import ConfigError, ScreenerError
+from screener import live, spool
+from screener.app import make_transport, new_run_tag
+from screener.errors import ConfigError, ScreenerError, StoreError
 from screener.hooks import actions
 from screener.hooks.logging import HookLog
 from screener.hooks.probe_json import parse_node_lines
@@ -26,8 +33,9 @@ from screener.policy import Policy, database_url
 from screener.runner import run_command
 from screener.slurm import SlurmClient, SlurmNode, select_client
 from screener.store import Store, open_store
+from screener.store.engine import describe, parse_url
 from screener.store.slurm_records import SlurmRecords
-from screener.transport.base import Transport
+from screener.transport.base import RUN_TAG, Transport
 from screener.verdict import confirm, evaluate, references, suspects
 
 STEP_SLACK_S = 120.0  # on top of the expected probe time, for srun to start its tasks
@@ -105,12 +113,20 @@ class Sweep:
         by_step, by_ssh = await asyncio.gather(step, ssh)
         return {**by_step, **{p.node: [p] for p in by_ssh}}
 
-    async def run(self, store: Store) -> RunSummary:
+    async def run(self, store: spool.SpoolingStore, tag: str = "") -> RunSummary:
+        """Probe, judge and record through ``store``; act only when the DB holds the run."""
         policy, log = self.policy, self.log
-        records = SlurmRecords(store)
+        if tag:
+            RUN_TAG.set(tag)  # the SSH probes of drained nodes carry it
+        db = store.store
+        records = SlurmRecords(db) if isinstance(db, Store) else None
         now = datetime.now(UTC)
         every = {n.name: n for n in self.client.nodes()}
-        drained = [n for n in every.values() if n.name not in self.held and _ours(n, records)]
+        drained = (
+            []
+            if records is None
+            else [n for n in every.values() if n.name not in self.held and _ours(n, records)]
+        )
         drained_names = [n.name for n in drained]
         if drained_names:
             log(f"screener-drained idle nodes probed over SSH: {fold_nodes(drained_names)}")
@@ -150,11 +166,20 @@ class Sweep:
         store.finish_run(run_id, datetime.now(UTC), "done")
         for v in summary.verdicts:
             log(f"{v.node}: {v.status.value} {v.reason}")
-        self._act(store, records, run_id, summary, every, drained)
+        if records is None or store.spooled or store.lost is not None or store.run_id is None:
+            where = store.path if store.spooled else "nowhere (the spool failed too)"
+            log(f"database unavailable ({store.reason}): results in {where}; nobody drained")
+            log("nor resumed this sweep")
+            return summary
+        self._act(records, store.run_id, summary, every, drained)
         return summary
 
     def _record(
-        self, store: Store, run_id: int, probes: Mapping[str, list[NodeProbe]], first_round: int
+        self,
+        store: spool.SpoolingStore,
+        run_id: int,
+        probes: Mapping[str, list[NodeProbe]],
+        first_round: int,
     ) -> None:
         """Every round of every node (deep mode: one row per steady-state round)."""
         for rounds in probes.values():
@@ -163,7 +188,6 @@ class Sweep:
 
     def _act(
         self,
-        store: Store,
         records: SlurmRecords,
         run_id: int,
         summary: RunSummary,
@@ -252,9 +276,36 @@ def run_sweep(policy: Policy, env: Mapping[str, str], log: HookLog, deep: bool =
     client, why = select_client(policy.slurm)
     log(f"sweep job {env.get('SLURM_JOB_ID', '?')} holds {fold_nodes(held)}; slurm backend {why}")
     url = database_url(policy)
-    with open_store(url, upgrade=url.startswith("sqlite")) as store:
+    db: Store | None = None
+    reason = ""
+    try:
+        db = open_store(url, upgrade=url.startswith("sqlite"))
+    except StoreError as exc:
+        if url.startswith("sqlite"):  # a local file: a path/permission mistake, not an outage
+            raise
+        reason = str(exc)
+        log(f"database unavailable ({exc}): probing the held nodes, results to the spool")
+    tag = new_run_tag()
+    spool_dir, kind = policy.store.spool_dir, policy.transport.kind
+
+    def started(run_id: int) -> None:  # a killed sweep's run is then marked failed later
+        live.mark_live(spool_dir, tag, held, kind, run_id)
+
+    recorder = spool.SpoolingStore(
+        db, spool_dir, tag, reason, on_started=started, db=describe(parse_url(url))
+    )
+    marker = live.mark_live(spool_dir, tag, held, kind)
+    try:
         sweep = Sweep(policy, held, env.get("SLURM_JOB_ID"), client, log, deep)
-        asyncio.run(sweep.run(store))
+        asyncio.run(sweep.run(recorder, tag))
+        if db is not None and not recorder.spooled:
+            with contextlib.suppress(StoreError):  # earlier spooled runs, now the DB is back
+                spool.replay(db, spool_dir, describe(parse_url(url)))
+    finally:
+        if marker is not None:
+            marker.unlink(missing_ok=True)
+        if db is not None:
+            db.close()
     return 0
 
 
