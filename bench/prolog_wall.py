@@ -41,6 +41,9 @@ NODES = 10
 ALLOC = 8
 
 
+PROFILE_DIR: Path | None = None  # --profile DIR: each hook runs under cProfile (slower)
+
+
 def prolog(cluster: ClusterHandle, config: Path, job_id: int) -> tuple[float, float, int, str]:
     """(wall s, CPU s of the hook process, exit code, stderr) of one `screener prolog` for
     job_id on node[01-08]. CPU time is reported because on this shared 2-core machine the
@@ -56,9 +59,11 @@ def prolog(cluster: ClusterHandle, config: Path, job_id: int) -> tuple[float, fl
     )
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.monotonic()
-    res = subprocess.run(
-        [str(SCREENER), "prolog"], env=env, capture_output=True, text=True, timeout=300
-    )
+    argv = [str(SCREENER), "prolog"]
+    if PROFILE_DIR is not None:
+        out = PROFILE_DIR / f"prolog-{job_id}.pstats"
+        argv = [sys.executable, "-m", "cProfile", "-o", str(out), "-m", "screener.cli", "prolog"]
+    res = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
     wall = time.monotonic() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -87,7 +92,12 @@ def longest(db: str, job_id: int) -> tuple[float, int]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--profile", type=Path, help="write one cProfile file per hook run here")
     args = ap.parse_args()
+    global PROFILE_DIR
+    if args.profile is not None:
+        args.profile.mkdir(parents=True, exist_ok=True)
+        PROFILE_DIR = args.profile
     runs_fresh: list[dict[str, Any]] = []
     runs_fresh_iostat: list[dict[str, Any]] = []
     runs_fast: list[dict[str, Any]] = []
