@@ -187,6 +187,8 @@ def _act(
         return _fail(policy, log, f"job {job.job_id}: {result.store_error or 'no database'}")
     now = datetime.now(UTC)
     actions.close_passing(result.summary, records, now, result.run_id)
+    if not drainable(result.summary, policy.verdict.confirm):
+        return 0  # nothing to drain: no need to ask Slurm for the partition's nodes
     partition = [
         n.name for n in client.nodes() if not job.partition or job.partition in n.partitions
     ]
