@@ -3,14 +3,14 @@ the same function, so a hook and an admin get exactly the same result."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from screener.errors import ConfigError, SlurmError
-from screener.ingest.files import load_files
+from screener.ingest.files import load_files, read_text
 from screener.ingest.judge import Figure, JobFigures, judge_job
 from screener.ingest.layout import LayoutSource, RankLayout, block_layout
 from screener.nodes import expand_nodeset, fold_nodes
@@ -115,9 +115,10 @@ def ingest(
     store_results: bool = True,
     replace: bool = False,
     slurm: LayoutSource | None = None,
+    read: Callable[[Path], str] = read_text,
 ) -> Ingested:
     """Parse, map, judge and (unless told not to) record one job's outputs."""
-    files = load_files(paths)
+    files = load_files(paths, read)
     needed = any(f.ranks for f in files)
     layout = resolve_layout(job_id, nodes, ranks_per_node, slurm, needed)
     figures = judge_job(files, layout, policy.verdict)
