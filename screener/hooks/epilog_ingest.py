@@ -140,7 +140,7 @@ def ingest_after_job(
             observed_at=now,
             now=now,
             replace=True,  # a requeued job's last attempt wrote the files that are there
-            slurm=SlurmLayout(policy.slurm.command_timeout_s),
+            slurm=SlurmLayout(policy.slurm.command_timeout_s, job.nodes),
             read=owned_reader(int(uid)),
         )
     except ScreenerError as exc:

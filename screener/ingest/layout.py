@@ -5,7 +5,7 @@ through the ``LayoutSource`` seam, which ``SlurmLayout`` fills."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from screener.errors import ConfigError
@@ -67,7 +67,8 @@ def record_layout(record: JobRecord) -> RankLayout:
     job = record.job_id or "?"
     if not record.nodes or record.num_tasks < 1:
         raise ConfigError(
-            f"job {job} has no task layout in Slurm (state {record.state or 'unknown'})"
+            f"job {job} has no task layout in Slurm (state {record.state or 'unknown'}, "
+            f"{len(record.nodes)} nodes, {record.num_tasks} tasks)"
         )
     n, tasks = len(record.nodes), record.num_tasks
     src = f"Slurm's record of job {job} (scontrol show job)"
@@ -87,12 +88,22 @@ def record_layout(record: JobRecord) -> RankLayout:
 
 class SlurmLayout:
     """LayoutSource over ``scontrol show job -d``: None when Slurm no longer knows the job
-    (the controller forgets a finished job after ``MinJobAge``; there is no accounting)."""
+    (the controller forgets a finished job after ``MinJobAge``; there is no accounting).
 
-    def __init__(self, timeout_s: float = 20.0) -> None:
+    ``nodes``: the job's node list when the caller knows it better than the record. The
+    epilog does (``SLURM_JOB_NODELIST``): while EpilogSlurmctld runs, the job is COMPLETING
+    and 22.05's record may already list no nodes (seen on the emulated cluster).
+    """
+
+    def __init__(self, timeout_s: float = 20.0, nodes: Sequence[str] = ()) -> None:
         self.timeout_s = timeout_s
+        self.nodes = tuple(nodes)
 
     def task_layout(self, job_id: str) -> RankLayout | None:
         """The job's rank -> node map from Slurm's record, or None if Slurm forgot it."""
         record = show_job(job_id, self.timeout_s)
-        return None if record is None else record_layout(record)
+        if record is None:
+            return None
+        if self.nodes:
+            record = replace(record, nodes=self.nodes)
+        return record_layout(record)
