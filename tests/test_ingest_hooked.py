@@ -64,9 +64,15 @@ def site(hooked: tuple[ClusterHandle, Path], tmp_path: Path) -> Iterator[dict[st
     cluster.reset()
 
 
-def _script(out: Path, scratch: str) -> Path:
+def _script(out: Path, scratch: str, set_comment: bool) -> Path:
     """Signal that the job started (the prolog has passed its nodes), wait for the test's
-    go, then one fio per node: write, then read back, a node-local file."""
+    go, then one fio per node: write, then read back, a node-local file. ``set_comment``:
+    name the output directory from inside the job, as jobs/ior.sbatch does."""
+    comment = (
+        'scontrol update JobId="$SLURM_JOB_ID" Comment="screener=on screener_out=$d"\n'
+        if set_comment
+        else ""
+    )
     fio = (
         f"fio --output-format=json --direct=1 --ioengine=psync --bs=1M --size={FIO_MIB}M"
         f" --filename={scratch}/ingest-hooked.bin --name=write --rw=write"
@@ -76,6 +82,7 @@ def _script(out: Path, scratch: str) -> Path:
     path.write_text(
         "#!/bin/sh\n"
         f'd="{out}"\n'
+        f"{comment}"
         'touch "$d/started.$SLURM_JOB_ID"\n'
         "n=0\n"
         'while [ ! -e "$d/go.$SLURM_JOB_ID" ] && [ "$n" -lt 1500 ]; do\n'
@@ -105,7 +112,10 @@ def _query(db: Path, sql: str, *args: Any) -> list[tuple[Any, ...]]:
 
 
 def _run_job(site: dict[str, Any], nodes: list[str], slow: str | None) -> str:
+    """The slowed job names its output directory at submission, the healthy one from
+    inside the job (``scontrol update ... Comment=``): the epilog must see either."""
     cluster, out = site["cluster"], site["out"]
+    at_submit = slow is not None
     job = sbatch(
         cluster,
         "-N",
@@ -114,10 +124,10 @@ def _run_job(site: dict[str, Any], nodes: list[str], slow: str | None) -> str:
         ",".join(nodes),
         "--ntasks-per-node=1",
         "--comment",
-        f"screener=on screener_out={out}",
+        f"screener=on screener_out={out}" if at_submit else "screener=on",
         "-o",
         str(out / "job.%j.out"),
-        str(_script(out, cluster.scratch)),
+        str(_script(out, cluster.scratch, set_comment=not at_submit)),
     )
     _wait_for("the job to start", lambda: (out / f"started.{job}").exists())
     if slow is not None:
