@@ -6,11 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
 
-from screener.errors import ConfigError, SlurmError
+from screener.errors import ConfigError, ScreenerError, SlurmError
 from screener.ingest.layout import record_layout
 from screener.ingest.service import resolve_layout
 from screener.slurm.show_job import interpret, parse_show_job, show_job_argv
+from tests.test_fuzz_parsers import mutated_text
 
 DATA = Path(__file__).resolve().parent / "data" / "slurm"
 
@@ -74,3 +76,25 @@ def test_resolve_layout_explicit_wins_and_slurm_is_asked_only_when_needed() -> N
     explicit = resolve_layout("5", "node[01-02]", 1, None, needed=True)
     assert explicit is not None and explicit.nodes == ("node01", "node02")
     assert resolve_layout("5", None, None, None, needed=True) is None
+
+
+FUZZ = settings(
+    max_examples=1500,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    database=None,
+)
+CAPTURES = [p.read_text() for p in sorted(DATA.glob("show_job_22.05_*.txt"))]
+
+
+@FUZZ
+@given(mutated_text(CAPTURES))
+def test_fuzz_show_job_only_one_line_errors(text: str) -> None:
+    """Captures cut, spliced, flipped or reordered: a layout or a one-line ScreenerError
+    (SlurmError for the record, ConfigError for node names or the layout), nothing else."""
+    try:
+        layout = record_layout(parse_show_job(text, "1"))
+    except ScreenerError as exc:
+        assert "\n" not in str(exc)
+        return
+    assert layout.nodes and all(layout.nodes)

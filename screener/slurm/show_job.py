@@ -22,7 +22,8 @@ from screener.slurm.model import check_job_id
 _WHOLE_LINE = ("Comment", "StdOut", "StdErr", "StdIn", "WorkDir", "Command")
 # What scontrol prints on stderr for a job the controller does not (or no longer) know.
 _UNKNOWN = "Invalid job id specified"
-_CPU_RANGE = re.compile(r"(\d+)(?:-(\d+))?")
+_CPU_RANGE = re.compile(r"([0-9]{1,6})(?:-([0-9]{1,6}))?")
+_COUNT = re.compile(r"[0-9]{1,9}")
 
 
 @dataclass(frozen=True)
@@ -78,7 +79,7 @@ def _cpu_count(ids: str) -> int:
 
 def _int(fields: dict[str, str], key: str) -> int:
     raw = fields.get(key, "")
-    if not raw.isdigit():
+    if not _COUNT.fullmatch(raw):
         raise SlurmError(f"scontrol show job: {key}={raw!r} is not a number")
     return int(raw)
 
@@ -98,7 +99,7 @@ def _record(block: str) -> JobRecord:
         partition=fields.get("Partition", ""),
         nodes=nodes,
         num_tasks=_int(fields, "NumTasks"),
-        tasks_per_node=int(per_node) if per_node.isdigit() else 0,
+        tasks_per_node=int(per_node) if _COUNT.fullmatch(per_node) else 0,
         cpus_per_node=tuple(cpus[n] for n in nodes if n in cpus),
         std_out=fields.get("StdOut", ""),
         work_dir=fields.get("WorkDir", ""),
