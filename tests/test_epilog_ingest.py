@@ -112,6 +112,10 @@ def test_epilog_ingest_never_fails_one_line_per_problem(tmp_path: Path) -> None:
         job = SlurmJob("9", ("node01", "node02"), partition="debug", comment=comment)
         assert ingest_after_job(policy, job, env, True, log) is None
         assert len(log.lines) == 1 and log.lines[0].startswith(f"job 9: {expect}"), log.lines
+    quiet = HookLog("test")
+    plain = SlurmJob("9", ("node01",), comment="")
+    assert ingest_after_job(policy, plain, env, False, quiet) is None
+    assert quiet.lines == []  # an unscreened job naming no directory: not even a line
     log = HookLog("test")
     job = SlurmJob("9", ("node01",), comment=f"screener_out={tmp_path}")
     assert ingest_after_job(policy, job, {}, True, log) is None

@@ -124,7 +124,8 @@ def ingest_after_job(
     try:
         directory, why = output_dir(job, env, policy.ingest, screened)
         if directory is None:
-            log(f"job {job.job_id}: no outputs to ingest ({why})")
+            if screened:  # an unscreened job naming nothing is every other job: no line
+                log(f"job {job.job_id}: no outputs to ingest ({why})")
             return None
         uid = env.get("SLURM_JOB_UID", "")
         if not uid.isdigit():
