@@ -96,8 +96,8 @@ def _policy(tmp_path: Path) -> Policy:
 
 
 def test_epilog_ingest_never_fails_one_line_per_problem(tmp_path: Path) -> None:
-    """A corrupt file, a missing directory, no directory, a bad token: one line each,
-    nothing stored, nothing raised."""
+    """A corrupt file, a missing or unreadable directory, no directory, a bad token: one
+    line each, nothing stored, nothing raised."""
     shutil.copy(DATA / "corrupt-truncated-block-ranks.csv", tmp_path / "ior-9.ranks.csv")
     env = {"SLURM_JOB_UID": str(os.getuid()), "SLURM_JOB_USER": "root"}
     policy = _policy(tmp_path)
@@ -106,6 +106,8 @@ def test_epilog_ingest_never_fails_one_line_per_problem(tmp_path: Path) -> None:
         ("screener_out=/nonexistent/dir", "outputs not ingested: --dir /nonexistent/dir"),
         ("screener=on", "no outputs to ingest (no screener_out= in the comment"),
         ("screener_out=/a/../etc", "outputs not ingested: output directory"),
+        # an OSError other than "no such file" (here a name too long; EACCES as SlurmUser)
+        (f"screener_out=/tmp/{'x' * 300}", "outputs not ingested: cannot look into /tmp/x"),
     ]
     for comment, expect in cases:
         log = HookLog("test")

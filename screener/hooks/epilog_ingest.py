@@ -144,7 +144,7 @@ def ingest_after_job(
             slurm=SlurmLayout(policy.slurm.command_timeout_s, job.nodes),
             read=owned_reader(int(uid)),
         )
-    except ScreenerError as exc:
+    except (ScreenerError, OSError) as exc:  # OSError: e.g. a directory SlurmUser may not read
         log(f"job {job.job_id}: outputs not ingested: {exc}")
         return None
     slow = ", ".join(s.node for s in done.figures.slow) or "none"

@@ -87,6 +87,13 @@ _FIO_NAME = re.compile(r"fio\.(?P<job>[0-9_+]+)\.(?P<task>[0-9]{1,6})\.json")
 def outputs_near(directory: Path, job_id: str) -> list[Path]:
     """The job's outputs in ``directory`` by the naming convention (docs/ingest.md): IOR's
     summary and per-rank CSV, or fio's per-task documents in task order (numeric: 2 < 10)."""
+    try:
+        return _outputs_near(directory, job_id)
+    except OSError as exc:  # e.g. a job directory SlurmUser may not list
+        raise ConfigError(f"cannot look into {directory}: {exc.strerror}") from None
+
+
+def _outputs_near(directory: Path, job_id: str) -> list[Path]:
     if not directory.is_dir():
         raise ConfigError(f"--dir {directory} is not a directory")
     ior = [directory / n.format(job=job_id) for n in _IOR_NAMES]
