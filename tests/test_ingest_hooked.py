@@ -218,3 +218,33 @@ def test_node_slowed_after_the_real_prolog_is_ingested_drained_and_a_miss(
         "screener: error: Slurm no longer knows job 999999 (it forgets finished jobs after "
         "MinJobAge), so its task layout is unknown: give --nodes NODESET --ranks-per-node N"
     ]
+
+
+def test_in_job_drain_is_held_by_the_mass_drain_guard(site: dict[str, Any]) -> None:
+    """The same slowed job, with the guard set so that one slow node of four is too many:
+    nobody is drained, the node gets a guard_trip event, the in-job episode is kept."""
+    cluster = site["cluster"]
+    write_config(
+        site["config"],
+        cluster,
+        f"sqlite:///{site['db']}",
+        site["log"],
+        prolog={"fresh_s": 0.0},
+        ingest={"drain": True},
+        slurm={"max_drain_fraction": 0.2},  # 1 of 4 allocated nodes = 0.25: over it
+    )
+    nodes = cluster.nodes[:4]
+    slow = nodes[1]
+    job = _run_job(site, nodes, slow)
+    log = site["log"].read_text()
+    assert "guard: 1 of 4 allocated nodes slow (> 0.2)" in log, log
+    assert all("DRAIN" not in sinfo_nodes(cluster)[n]["state_flags"] for n in nodes)
+    with open_store(f"sqlite:///{site['db']}") as store:
+        assert [e.action for e in store.node_events(slow)] == ["guard_trip"]
+    episodes = _query(
+        site["db"],
+        "select n.name from episodes e join nodes n on n.id = e.node_id"
+        " where e.\"trigger\" = 'job' and e.job_id = ? and e.reason like 'in-job read%'",
+        job,
+    )
+    assert episodes == [(slow,)]
