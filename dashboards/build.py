@@ -177,6 +177,40 @@ def fleet() -> dict[str, Any]:
             _pos(0, 20, 12, 6),
             unit="s",
         ),
+        prom_panel(
+            "bargauge",
+            "Screening accuracy, last 30 days: nodes passed by the prolog",
+            {
+                "{{partition}} missed (in-job outlier)": (
+                    'sum by (partition) (screener_accuracy_nodes{class="miss"})'
+                ),
+                "{{partition}} stayed OK": (
+                    'sum by (partition) (screener_accuracy_nodes{class="stayed_ok"})'
+                ),
+                "{{partition}} miss rate %": "100 * screener_accuracy_miss_ratio",
+            },
+            _pos(12, 20, 12, 6),
+            options={"displayMode": "basic", "orientation": "horizontal"},
+        ),
+        sql_panel(
+            "table",
+            "Jobs dragged down by one node (ingested in-job figures)",
+            """
+            SELECT i.observed_at AS "time", i.job_id AS job, i.partition,
+              (SELECT round(min(w.ratio)::numeric, 2) FROM job_results w
+                WHERE w.ingest_id = i.id AND w.node_id IS NULL AND w.phase = 'read')
+                AS "read: median node / slowest",
+              (SELECT string_agg(DISTINCT n.name, ',') FROM job_results o
+                JOIN nodes n ON n.id = o.node_id
+                WHERE o.ingest_id = i.id AND o.outlier AND o.phase = 'read')
+                AS "in-job slow nodes"
+            FROM job_ingests i
+            WHERE $__timeFilter(i.observed_at)
+              AND EXISTS (SELECT 1 FROM job_results x WHERE x.ingest_id = i.id AND x.outlier)
+            ORDER BY i.observed_at DESC LIMIT 50
+            """,
+            _pos(0, 26, 24, 8),
+        ),
     ]
     return dashboard("screener-fleet", "screener: fleet overview", panels, [])
 

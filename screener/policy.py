@@ -138,6 +138,18 @@ class SweepPolicy:
 
 
 @dataclass(frozen=True)
+class IngestPolicy:
+    """After the job: the epilog ingests its outputs, optionally drains in-job outliers
+    (docs/ingest.md)."""
+
+    epilog: bool = True  # the epilog ingests a job's IOR/fio outputs when it knows where
+    comment_key: str = "screener_out"  # comment token KEY=/abs/dir names the output directory
+    dir_pattern: str = ""  # else, for screened jobs: e.g. "/shared/ior/{user}" ({user} {job_id})
+    drain: bool = False  # drain an in-job read outlier (same guard, resume rule as the prolog)
+    drain_tag: str = "screener-job:"  # its own drain-reason tag (1-16 printable chars)
+
+
+@dataclass(frozen=True)
 class Policy:
     """The whole configuration."""
 
@@ -148,6 +160,7 @@ class Policy:
     slurm: SlurmPolicy = field(default_factory=SlurmPolicy)
     prolog: PrologPolicy = field(default_factory=PrologPolicy)
     sweep: SweepPolicy = field(default_factory=SweepPolicy)
+    ingest: IngestPolicy = field(default_factory=IngestPolicy)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dict (stored with each run so a verdict can be explained later).
@@ -167,6 +180,7 @@ _SECTIONS: dict[str, type[Any]] = {
     "slurm": SlurmPolicy,
     "prolog": PrologPolicy,
     "sweep": SweepPolicy,
+    "ingest": IngestPolicy,
 }
 
 _ALLOWED = {
@@ -300,7 +314,7 @@ def validate(p: Policy) -> Policy:
         (v.confirm_references >= 0, "verdict.confirm_references must be >= 0"),
         *_slurm_checks(p),
     ]
-    sections = (pp, v, t, p.store, p.slurm, p.prolog, p.sweep)
+    sections = (pp, v, t, p.store, p.slurm, p.prolog, p.sweep, p.ingest)
     for section in sections:  # NaN/inf pass every comparison above or below
         for f in dataclasses.fields(section):
             value = getattr(section, f.name)
@@ -322,7 +336,19 @@ def _slurm_checks(p: Policy) -> list[tuple[bool, str]]:
     except re.error:
         regex_ok = False
     tag = p.slurm.tag
+    job_tag = p.ingest.drain_tag
     return [
+        (0 < len(job_tag) <= 16 and job_tag.isprintable(), "ingest.drain_tag: 1-16 chars"),
+        (job_tag != tag, "ingest.drain_tag must differ from slurm.tag (its own tag)"),
+        (
+            re.fullmatch(r"[A-Za-z0-9_]{1,32}", p.ingest.comment_key) is not None,
+            "ingest.comment_key must be 1-32 letters, digits or '_'",
+        ),
+        (
+            _pattern_ok(p.ingest.dir_pattern),
+            "ingest.dir_pattern: an absolute path using "
+            "only {user} and {job_id} placeholders, no '..'",
+        ),
         (p.slurm.command_timeout_s > 0, "slurm.command_timeout_s must be > 0"),
         (0 < len(tag) <= 16 and tag.isprintable(), "slurm.tag must be 1-16 printable chars"),
         (0 < p.slurm.max_drain_fraction <= 1, "slurm.max_drain_fraction in (0, 1]"),
@@ -339,6 +365,14 @@ def _slurm_checks(p: Policy) -> list[tuple[bool, str]]:
         (p.sweep.deep_window >= 2, "sweep.deep_window must be >= 2"),
         (p.sweep.deep_max_rounds >= p.sweep.deep_window, "sweep.deep_max_rounds >= deep_window"),
     ]
+
+
+def _pattern_ok(pattern: str) -> bool:
+    """'' or an absolute directory pattern whose placeholders are {user} and {job_id} only."""
+    if not pattern:
+        return True
+    bare = pattern.replace("{user}", "u").replace("{job_id}", "1")
+    return bool(re.fullmatch(r"/[A-Za-z0-9_.+/-]{0,1000}", bare)) and ".." not in bare.split("/")
 
 
 def _section_name(obj: object) -> str:

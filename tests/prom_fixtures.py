@@ -18,10 +18,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from accuracy_seed import seed_accuracy
 from admin_seed import Seeded, seed_fleet
 from prometheus_client import CollectorRegistry
 
 from screener.metrics import StoreCollector, serve
+from screener.metrics.accuracy import AccuracyCollector
 from screener.store import Store, open_store
 
 PROMETHEUS = "/usr/bin/prometheus"
@@ -68,8 +70,10 @@ def prom(pg_dbs: Any, pg_template: str, tmp_path_factory: pytest.TempPathFactory
     db_url = pg_dbs.create(template=pg_template)
     store = open_store(db_url)
     seeded = seed_fleet(store, datetime.now(UTC).replace(microsecond=0))
+    seed_accuracy(store, seeded.now)  # one screened job with a miss: the accuracy panel
     registry = CollectorRegistry()
     registry.register(StoreCollector(store))
+    registry.register(AccuracyCollector(store))
     exporter = f"127.0.0.1:{free_port()}"
     stop = threading.Event()
     server = threading.Thread(target=serve, args=(registry, exporter, stop), daemon=True)

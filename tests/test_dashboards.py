@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 import yaml
+from accuracy_seed import JOB, MISSED, seed_accuracy
 from admin_seed import FLAKY, SLOW, seed_fleet
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
@@ -83,7 +84,9 @@ def readonly(pg_dbs: Any, pg_template: str) -> Iterator[str]:
     """A seeded database and the URL of a read-only role made by deploy/sql/readonly_role.sql."""
     url = pg_dbs.create(template=pg_template)
     with open_store(url) as store:
-        seed_fleet(store, datetime.now(UTC).replace(microsecond=0))
+        now = datetime.now(UTC).replace(microsecond=0)
+        seed_fleet(store, now)
+        seed_accuracy(store, now)  # a screened, ingested job: the accuracy/in-job panels
     role = f"screener_ro_{secrets.token_hex(4)}"
     parsed = make_url(url)
     libpq = f"postgresql://{parsed.username}@{parsed.host}:{parsed.port}/{parsed.database}"
@@ -125,6 +128,8 @@ def test_every_dashboard_sql_returns_rows_as_the_readonly_role(readonly: str) ->
                 assert rows, (name, title)
                 if title == "Flaky nodes":
                     assert rows[0].node == FLAKY and rows[0].episodes == 3
+                if title.startswith("Jobs dragged down"):
+                    assert [(r.job, r[-1]) for r in rows] == [(JOB, MISSED)]
             conn.rollback()
             with pytest.raises(DBAPIError, match=r"read-only|permission denied"):
                 conn.execute(text("DELETE FROM episodes"))

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from accuracy_seed import PARTITION
 from admin_seed import NODES, RESUMED, SLOW
 
 if TYPE_CHECKING:  # the module itself is loaded as a plugin below
@@ -48,6 +49,10 @@ def test_exporter_figures_in_prometheus(prom: Prom) -> None:
     assert _value(prom, "screener_probe_duration_seconds_count") == n_probes
     assert _value(prom, 'screener_probe_duration_seconds_bucket{le="30.0"}') < n_probes
     assert _value(prom, "screener_store_up") == 1
+    part = f'partition="{PARTITION}"'
+    assert _value(prom, f'screener_accuracy_nodes{{{part},class="miss"}}') == 1
+    assert _value(prom, f'screener_accuracy_nodes{{{part},class="stayed_ok"}}') == 3
+    assert _value(prom, f"screener_accuracy_miss_ratio{{{part}}}") == 0.25
 
 
 def _prom_exprs() -> list[tuple[str, str, str]]:

@@ -1,7 +1,8 @@
 """On the emulated cluster with real Slurm: an IOR-shaped `srun fio` job (one task per node,
 write then read of a node-local file). The prolog's verdicts are stood in for by
-`screener screen --trigger prolog --job-id` on the held job's nodes (the real
-PrologSlurmctld hook is another branch's); then one node is slowed *after* it passed, the
+`screener screen --trigger prolog --job-id` on the held job's nodes, and ingest is run by
+hand with an explicit layout (tests/test_ingest_hooked.py does the same with the real
+PrologSlurmctld/EpilogSlurmctld hooks); then one node is slowed *after* it passed, the
 job runs, and `screener ingest` + `screener accuracy` must find that node and only it."""
 
 from __future__ import annotations

@@ -37,7 +37,9 @@ def register(sub: Subparsers) -> None:
     i.add_argument(
         "--dir", type=Path, help="instead of FILEs: the job's outputs in DIR, found by job id"
     )
-    i.add_argument("--nodes", help="the job's nodes (Slurm hostlist), in rank order")
+    i.add_argument(
+        "--nodes", help="the job's nodes (Slurm hostlist); default: Slurm's record of the job"
+    )
     i.add_argument("--ranks-per-node", type=int, help="ranks per node (block distribution)")
     i.add_argument("--partition", help="the job's partition (for `screener accuracy`)")
     i.add_argument("--observed-at", help="when the job's I/O ran (ISO 8601 with zone; default now)")
@@ -90,6 +92,7 @@ def observed_arg(text: str | None, now: datetime) -> datetime:
 
 def run_ingest(args: argparse.Namespace, console: Console) -> int:
     from screener.ingest.files import outputs_near
+    from screener.ingest.layout import SlurmLayout
     from screener.ingest.service import ingest
 
     job = job_id_arg(args.job_id)
@@ -101,10 +104,11 @@ def run_ingest(args: argparse.Namespace, console: Console) -> int:
         raise ConfigError("give the job's output FILEs or --dir DIR (one of the two)")
     paths = args.files or outputs_near(args.dir, job)
     now = datetime.now(UTC)
+    policy = load_policy(args.config)
     done = ingest(
         job,
         paths,
-        load_policy(args.config),
+        policy,
         nodes=args.nodes,
         ranks_per_node=args.ranks_per_node,
         partition=args.partition,
@@ -112,6 +116,7 @@ def run_ingest(args: argparse.Namespace, console: Console) -> int:
         now=now,
         store_results=not args.no_store,
         replace=args.replace,
+        slurm=SlurmLayout(policy.slurm.command_timeout_s),  # used only without --nodes
     )
     if args.json:
         print(json.dumps(done.as_json(), indent=2))

@@ -38,6 +38,7 @@ def exporter(args: argparse.Namespace, console: Console) -> int:
 
     from screener import app
     from screener.metrics import StoreCollector, parse_listen, serve, write_textfile
+    from screener.metrics.accuracy import AccuracyCollector
 
     policy = load_policy(args.config)
     if args.textfile is None:
@@ -45,6 +46,7 @@ def exporter(args: argparse.Namespace, console: Console) -> int:
     with app.open_results(policy) as store:
         registry = CollectorRegistry()
         registry.register(StoreCollector(store))
+        registry.register(AccuracyCollector(store))  # screening vs in-job figures, 30 days
         if args.textfile is not None:
             write_textfile(registry, args.textfile)
             return 0

@@ -1,18 +1,24 @@
-"""`screener epilog`: the EpilogSlurmctld flow for in-job iostat.
+"""`screener epilog`: the EpilogSlurmctld flow after a job.
 
-Stop the iostat the prolog started on each node, store the samples as a run with trigger
-"job" (one node_probes row per node: raw_iostat + samples, no fio), and open an in-job slow
-episode for nodes whose reads were outliers among the job's nodes. Never fails the job.
+1. In-job iostat (screened jobs): stop the iostat the prolog started on each node, store
+   the samples as a run with trigger "job" (one node_probes row per node: raw_iostat +
+   samples, no fio), and open an in-job slow episode for nodes whose reads were outliers
+   among the job's nodes.
+2. In-job benchmark figures: when the job names its output directory, ingest its IOR/fio
+   outputs (screener/hooks/epilog_ingest.py) and, if configured, drain in-job outliers.
+Never fails the job.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from datetime import UTC, datetime
 
 from screener.app import make_transport
 from screener.errors import ProbeError, ScreenerError, TransportError
 from screener.hooks.decide import selects
+from screener.hooks.epilog_ingest import ingest_after_job
 from screener.hooks.injob import outliers, stop_argv, summarize
 from screener.hooks.logging import HookLog
 from screener.hooks.prolog import job_from_env
@@ -20,6 +26,7 @@ from screener.model import NodeProbe, Trigger
 from screener.nodes import fold_nodes
 from screener.policy import Policy, database_url
 from screener.probe.iostat import parse_iostat
+from screener.slurm.model import SlurmClient, SlurmJob
 from screener.store import open_store
 from screener.store.slurm_records import SlurmRecords
 from screener.transport.base import Transport
@@ -27,7 +34,9 @@ from screener.transport.base import Transport
 NOT_STARTED = 3  # STOP_SCRIPT's exit when the prolog started nothing on the node
 
 
-def run_epilog(policy: Policy, env: dict[str, str], log: HookLog) -> int:
+def run_epilog(
+    policy: Policy, env: Mapping[str, str], log: HookLog, client: SlurmClient | None = None
+) -> int:
     """Always 0: an epilog failure would only mark nodes, and monitoring is evidence."""
     try:
         job = job_from_env(env)
@@ -35,22 +44,28 @@ def run_epilog(policy: Policy, env: dict[str, str], log: HookLog) -> int:
         log(f"cannot read the job: {exc}")
         return 0
     ok, why = selects(job, policy.prolog)
+    _in_job_iostat(policy, job, ok, why, log)
+    ingest_after_job(policy, job, env, ok, log, client)
+    return 0
+
+
+def _in_job_iostat(policy: Policy, job: SlurmJob, ok: bool, why: str, log: HookLog) -> None:
+    """Stop and store the in-job iostat the prolog started (screened jobs only)."""
     if not ok or not policy.prolog.iostat:
         log(f"job {job.job_id}: nothing to collect ({why if not ok else 'prolog.iostat off'})")
-        return 0
+        return
     try:
         probes = asyncio.run(_collect(policy, job.job_id, list(job.nodes)))
     except ScreenerError as exc:
         log(f"job {job.job_id}: cannot collect in-job iostat: {exc}")
-        return 0
+        return
     if not any(p.iostat for p in probes):
         log(f"job {job.job_id}: no in-job iostat on {fold_nodes(job.nodes)} (not started)")
-        return 0
+        return
     try:
         _store(policy, job.job_id, probes, log)
     except ScreenerError as exc:
         log(f"job {job.job_id}: in-job iostat not stored: {exc}")
-    return 0
 
 
 async def _collect(policy: Policy, job_id: str, nodes: list[str]) -> list[NodeProbe]:

@@ -87,6 +87,13 @@ _FIO_NAME = re.compile(r"fio\.(?P<job>[0-9_+]+)\.(?P<task>[0-9]{1,6})\.json")
 def outputs_near(directory: Path, job_id: str) -> list[Path]:
     """The job's outputs in ``directory`` by the naming convention (docs/ingest.md): IOR's
     summary and per-rank CSV, or fio's per-task documents in task order (numeric: 2 < 10)."""
+    try:
+        return _outputs_near(directory, job_id)
+    except OSError as exc:  # e.g. a job directory SlurmUser may not list
+        raise ConfigError(f"cannot look into {directory}: {exc.strerror}") from None
+
+
+def _outputs_near(directory: Path, job_id: str) -> list[Path]:
     if not directory.is_dir():
         raise ConfigError(f"--dir {directory} is not a directory")
     ior = [directory / n.format(job=job_id) for n in _IOR_NAMES]
@@ -109,12 +116,13 @@ def outputs_near(directory: Path, job_id: str) -> list[Path]:
     return found or [p for _, p in sorted(tasks)]
 
 
-def load_files(paths: Sequence[Path]) -> list[ParsedFile]:
-    """Parse every file; fio documents are numbered on in the order given (rank offsets)."""
+def load_files(paths: Sequence[Path], read: Callable[[Path], str] = read_text) -> list[ParsedFile]:
+    """Parse every file; fio documents are numbered on in the order given (rank offsets).
+    ``read``: how to read one (the epilog passes one that checks the file's owner)."""
     parsed: list[ParsedFile] = []
     next_rank = 0
     for path in paths:
-        done = parse_text(read_text(path), path.name, next_rank)
+        done = parse_text(read(path), path.name, next_rank)
         if done.kind is SourceKind.FIO_JSON:
             next_rank += done.tasks or 0
         parsed.append(done)

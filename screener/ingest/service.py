@@ -3,13 +3,14 @@ the same function, so a hook and an admin get exactly the same result."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from screener.ingest.files import load_files
+from screener.errors import ConfigError, SlurmError
+from screener.ingest.files import load_files, read_text
 from screener.ingest.judge import Figure, JobFigures, judge_job
 from screener.ingest.layout import LayoutSource, RankLayout, block_layout
 from screener.nodes import expand_nodeset, fold_nodes
@@ -77,11 +78,28 @@ def resolve_layout(
     nodes: str | None,
     ranks_per_node: int | None,
     slurm: LayoutSource | None = None,
+    needed: bool = False,
 ) -> RankLayout | None:
-    """Explicit --nodes/--ranks-per-node first, else Slurm's record of the job, else None."""
+    """Explicit --nodes/--ranks-per-node first, else Slurm's record of the job, else None.
+
+    ``needed`` (the files hold per-rank data): a job Slurm no longer knows is an error
+    naming the way out, rather than an ingest that can judge no node.
+    """
     if nodes is not None and ranks_per_node is not None:
         return block_layout(expand_nodeset(nodes), ranks_per_node)
-    return slurm.task_layout(job_id) if slurm is not None else None
+    if slurm is None or not needed:
+        return None
+    way_out = "give --nodes NODESET --ranks-per-node N"
+    try:
+        layout = slurm.task_layout(job_id)
+    except SlurmError as exc:
+        raise ConfigError(f"no task layout for job {job_id} from Slurm: {exc}; {way_out}") from None
+    if layout is None:
+        raise ConfigError(
+            f"Slurm no longer knows job {job_id} (it forgets finished jobs after MinJobAge), "
+            f"so its task layout is unknown: {way_out}"
+        )
+    return layout
 
 
 def ingest(
@@ -97,10 +115,12 @@ def ingest(
     store_results: bool = True,
     replace: bool = False,
     slurm: LayoutSource | None = None,
+    read: Callable[[Path], str] = read_text,
 ) -> Ingested:
     """Parse, map, judge and (unless told not to) record one job's outputs."""
-    files = load_files(paths)
-    layout = resolve_layout(job_id, nodes, ranks_per_node, slurm)
+    files = load_files(paths, read)
+    needed = any(f.ranks for f in files)
+    layout = resolve_layout(job_id, nodes, ranks_per_node, slurm, needed)
     figures = judge_job(files, layout, policy.verdict)
     how = layout.how if layout else "none (no per-rank data or no layout)"
     if not store_results:

@@ -1,0 +1,195 @@
+"""The epilog's ingest: find the job's IOR/fio outputs, ingest them as `screener ingest`
+would, and (only if configured) drain in-job read outliers with their own tag.
+
+Where the outputs are: the job names its directory in its comment (``screener_out=/abs/dir``,
+``[ingest] comment_key``), or the site sets ``[ingest] dir_pattern`` for screened jobs.
+The directory is user input read by SlurmUser: it must be absolute, without ``..``, of
+safe characters; each file is opened without following symlinks and must be a regular file
+owned by the job's user (``SLURM_JOB_UID``), so a job cannot make the epilog read, or log
+an excerpt of, a file only SlurmUser may read. Nothing here fails the epilog: every
+problem is one log line.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from screener.errors import ConfigError, ScreenerError
+from screener.hooks.actions import apply_drains
+from screener.hooks.decide import plan_drains
+from screener.hooks.logging import HookLog
+from screener.ingest.files import MAX_BYTES, outputs_near
+from screener.ingest.judge import Figure
+from screener.ingest.layout import SlurmLayout
+from screener.ingest.results import Phase
+from screener.ingest.service import Ingested, ingest
+from screener.model import Trigger
+from screener.policy import IngestPolicy, Policy, database_url
+from screener.slurm.model import SlurmClient, SlurmJob, check_reason
+from screener.store import open_store
+from screener.store.slurm_records import SlurmRecords
+
+_SAFE_DIR = re.compile(r"/[A-Za-z0-9_.+/-]{0,1023}")
+_USER = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,31}")
+
+
+def check_dir(text: str) -> str:
+    """An output directory named by a job: absolute, no '..', safe characters; else
+    ConfigError."""
+    if not _SAFE_DIR.fullmatch(text) or ".." in text.split("/"):
+        shown = text[:80].encode("unicode_escape").decode()
+        raise ConfigError(
+            f"output directory {shown!r} refused: absolute path of letters, digits, "
+            "'_.+-/' without '..' only"
+        )
+    return text
+
+
+def comment_dir(comment: str, key: str) -> str | None:
+    """``KEY=/abs/dir`` among the comment's whitespace/comma/semicolon separated tokens."""
+    for token in re.split(r"[\s,;]+", comment):
+        name, eq, value = token.partition("=")
+        if eq and name == key:
+            return check_dir(value)
+    return None
+
+
+def pattern_dir(pattern: str, user: str, job_id: str) -> str:
+    """``[ingest] dir_pattern`` with {user} and {job_id} filled in (both validated)."""
+    if not _USER.fullmatch(user):
+        raise ConfigError(f"job user {user[:40]!r} is not a plain user name")
+    return check_dir(pattern.replace("{user}", user).replace("{job_id}", job_id))
+
+
+def output_dir(
+    job: SlurmJob, env: Mapping[str, str], policy: IngestPolicy, screened: bool
+) -> tuple[str | None, str]:
+    """(directory or None, why) for the log line; ConfigError for a bad named directory."""
+    named = comment_dir(job.comment, policy.comment_key)
+    if named is not None:
+        return named, f"comment names {policy.comment_key}={named}"
+    if policy.dir_pattern and screened:
+        found = pattern_dir(policy.dir_pattern, env.get("SLURM_JOB_USER", ""), job.job_id)
+        return found, f"[ingest] dir_pattern gives {found}"
+    return None, f"no {policy.comment_key}= in the comment" + (
+        "" if policy.dir_pattern else " and no [ingest] dir_pattern"
+    )
+
+
+def owned_reader(uid: int) -> Callable[[Path], str]:
+    """A file reader that refuses symlinks, non-regular files, files not owned by ``uid``
+    and huge files (checked on the opened descriptor: no check-then-open race)."""
+
+    def read(path: Path) -> str:
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError as exc:
+            raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise ConfigError(f"{path} is not a regular file")
+            if st.st_uid != uid:
+                raise ConfigError(f"{path} is owned by uid {st.st_uid}, not the job's {uid}")
+            if st.st_size > MAX_BYTES:
+                raise ConfigError(f"{path}: {st.st_size} bytes is too large")
+            chunks: list[bytes] = []
+            left = MAX_BYTES  # a file growing while read is cut here, then fails to parse
+            while left > 0 and (chunk := os.read(fd, min(left, 1 << 20))):
+                chunks.append(chunk)
+                left -= len(chunk)
+        finally:
+            os.close(fd)
+        return b"".join(chunks).decode("utf-8", errors="replace")
+
+    return read
+
+
+def ingest_after_job(
+    policy: Policy,
+    job: SlurmJob,
+    env: Mapping[str, str],
+    screened: bool,
+    log: HookLog,
+    client: SlurmClient | None = None,
+) -> Ingested | None:
+    """Ingest the job's outputs if it says where they are; never raises."""
+    if not policy.ingest.epilog:
+        return None
+    try:
+        directory, why = output_dir(job, env, policy.ingest, screened)
+        if directory is None:
+            if screened:  # an unscreened job naming nothing is every other job: no line
+                log(f"job {job.job_id}: no outputs to ingest ({why})")
+            return None
+        uid = env.get("SLURM_JOB_UID", "")
+        if not uid.isdigit():
+            raise ConfigError("SLURM_JOB_UID is not set: cannot check who owns the outputs")
+        now = datetime.now(UTC)
+        done = ingest(
+            job.job_id,
+            outputs_near(Path(directory), job.job_id),
+            policy,
+            nodes=None,
+            ranks_per_node=None,
+            partition=job.partition or None,
+            observed_at=now,
+            now=now,
+            replace=True,  # a requeued job's last attempt wrote the files that are there
+            slurm=SlurmLayout(policy.slurm.command_timeout_s, job.nodes),
+            read=owned_reader(int(uid)),
+        )
+    except (ScreenerError, OSError) as exc:  # OSError: e.g. a directory SlurmUser may not read
+        log(f"job {job.job_id}: outputs not ingested: {exc}")
+        return None
+    slow = ", ".join(s.node for s in done.figures.slow) or "none"
+    log(f"job {job.job_id}: ingested ({why}) as ingest {done.ingest_id}; in-job slow: {slow}")
+    if policy.ingest.drain and done.figures.slow:
+        try:
+            drain_outliers(policy, job, done, log, client)
+        except ScreenerError as exc:
+            log(f"job {job.job_id}: in-job drain not done: {exc}")
+    return done
+
+
+def job_drain_reason(tag: str, job_id: str, reads: list[Figure]) -> str:
+    """e.g. ``screener-job: rd 0.01x job 4242``: the node's worst read ratio in the job."""
+    ratios = [f.ratio for f in reads if f.ratio is not None]
+    figure = f"{min(ratios):.2f}x" if ratios and min(ratios) >= 0.01 else "<0.01x"
+    return check_reason(f"{tag} rd {figure if ratios else 'slow'} job {job_id}")
+
+
+def drain_outliers(
+    policy: Policy, job: SlurmJob, done: Ingested, log: HookLog, client: SlurmClient | None
+) -> list[str]:
+    """Drain the job's in-job read outliers: the prolog's mass-drain guard, its drain
+    records (so the sweep's resume rule applies), never a node someone else drained."""
+    from screener.slurm import select_client
+
+    if client is None:
+        client, _ = select_client(policy.slurm)
+    now = datetime.now(UTC)
+    slow = [s.node for s in done.figures.slow]
+    state = {n.name: n for n in client.nodes()}
+    partition = [n for n, s in state.items() if job.partition in s.partitions]
+    todo = []
+    for node in slow:
+        if node in state and state[node].drained:
+            log(f"{node}: already drained ({state[node].reason!r}): left alone")
+            continue
+        reads = [f for f in done.figures.figures if f.node == node and f.phase is Phase.READ]
+        todo.append((node, job_drain_reason(policy.ingest.drain_tag, job.job_id, reads)))
+    url = database_url(policy)
+    with open_store(url, upgrade=url.startswith("sqlite")) as store:
+        records = SlurmRecords(store)
+        since = now - timedelta(seconds=policy.slurm.partition_window_s)
+        recent = len(records.drains_since(partition, since)) if todo and partition else 0
+        plan = plan_drains(todo, len(job.nodes), len(partition), recent, policy.slurm)
+        return apply_drains(
+            plan, client, records, None, Trigger.JOB, job.job_id, now, policy.slurm.dry_run, log
+        )
