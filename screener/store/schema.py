@@ -43,6 +43,11 @@ EVENT_ACTIONS = (
     "drain_failed",  # scontrol refused or timed out: the node was NOT drained
     "resume_refused",  # the node's current reason is not screener's: left alone
     "guard_trip",  # the mass-drain guard stopped this node's drain (shared cause)
+    # Two-phase drain (0004d): the intent, written before scontrol runs; a run killed after
+    # it is finished by the next one (hooks.actions.finish_pending) as "drain" when Slurm
+    # shows exactly that reason, else as "drain_abandoned".
+    "drain_pending",
+    "drain_abandoned",
 )
 JOB_KINDS = ("seq_write", "seq_read", "rand_read")  # the NodeProbe field a job came from
 
