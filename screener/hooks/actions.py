@@ -66,8 +66,9 @@ def apply_drains(
     """Carry out ``plan``; returns the nodes actually drained. Every outcome is an event.
 
     With records: under the actions lock, earlier runs' pending intents are settled first,
-    then each drain is intent -> scontrol -> "drain" (or "drain_failed"). A node another run
-    drained since ``now`` is left alone; no lock or no intent recorded means no drain.
+    then each drain is intent -> scontrol -> "drain" (or "drain_failed"). A node Slurm shows
+    drained with the reason screener recorded (another run drained it meanwhile) is left
+    alone; no lock or no intent recorded means no drain.
     """
     if records is None:
         return _drain_all(plan, client, None, run_id, trigger, job_id, now, dry_run, log)
@@ -102,13 +103,13 @@ def _drain_all(
                 store.record_event(node, "guard_trip", plan.guard, now, run_id)
         return []
     drained: list[str] = []
-    others = records.drains_since([n for n, _ in plan.drain], now) if records else set()
+    others = _drained_by_screener(client, records, [n for n, _ in plan.drain]) if records else {}
     for node, reason in plan.drain:
         if dry_run:
             log(f"dry-run: would drain {node} with reason {reason!r}")
             continue
         if node in others:
-            log(f"{node}: drained by another screener run meanwhile; not drained again")
+            log(f"{node}: already drained by screener ({others[node]!r}); not drained again")
             continue
         if records is not None:
             try:
@@ -132,6 +133,22 @@ def _drain_all(
             except StoreError as exc:  # the intent stays: the next run records the drain
                 log(f"drain of {node} not recorded yet ({exc}); the next run settles it")
     return drained
+
+
+def _drained_by_screener(
+    client: SlurmClient, records: SlurmRecords, nodes: Sequence[str]
+) -> dict[str, str]:
+    """Nodes Slurm shows drained with the reason screener recorded (another run drained them
+    since this one read Slurm): node -> reason. Slurm is asked only about nodes with such a
+    record; if it cannot answer, none are skipped (the drain then fails or repeats ours)."""
+    ours = {n: r for n in nodes if (r := records.screener_reason(n)) is not None}
+    if not ours:
+        return {}
+    try:
+        current = client.nodes(list(ours))
+    except SlurmError:
+        return {}
+    return {n.name: n.reason for n in current if n.drained and n.reason == ours.get(n.name)}
 
 
 def finish_pending(
