@@ -6,7 +6,9 @@ database each test creates and drops):
   runs at once (the sweep waits for the node locks, screener.store.locks);
 - a node whose lock another run holds past the deadline is UNKNOWN "busy: probed by run N";
 - on the emulated cluster, 16 processes racing to drain one node, then 16 racing to resume
-  it: one drain and one resume in Slurm and in the records (the actions lock).
+  it: one drain and one resume in Slurm and in the records (the actions lock);
+- the locks themselves: exclusive across processes, re-entrant within one, and free again
+  when their holder is SIGKILLed.
 
 Probes run the real pipeline with the local transport: the node names are labels that the
 worker maps to this machine (so 16 "nodes" exist here), each screen on its own target.
@@ -27,8 +29,9 @@ from typing import Any
 
 from sqlalchemy import func, select
 
+from screener.errors import StoreError
 from screener.store import open_store
-from screener.store.locks import NodeLocks
+from screener.store.locks import NodeLocks, actions_lock
 from screener.store.schema import NodeProbeRecord, NodeRecord, RunRecord
 from tests.hooked_cluster import SCREENER, sinfo_nodes
 
@@ -240,3 +243,75 @@ def test_16_racing_drains_then_resumes_act_once(cluster: Any, db_url: str, tmp_p
     with open_store(db_url) as store:
         actions = Counter(e.action for e in store.node_events(node))
         assert actions == {"drain_pending": 1, "drain": 1, "resume": 1}
+
+
+# ---- the locks themselves ------------------------------------------------------------------
+HOLDER = """
+import asyncio, sys
+from screener.store import open_store
+from screener.store.locks import NodeLocks, actions_lock
+
+db, what = sys.argv[1:3]
+store = open_store(db)
+
+async def node() -> None:
+    locks = NodeLocks(store, holder="run 5")
+    async with locks.hold("n01") as busy:
+        assert busy is None
+        print("held", flush=True)
+        sys.stdin.read(1)
+
+if what == "actions":
+    with actions_lock(store):
+        with actions_lock(store):  # re-entrant in one thread
+            print("held", flush=True)
+            sys.stdin.read(1)
+else:
+    asyncio.run(node())
+"""
+
+
+def _holder(db_url: str, what: str) -> subprocess.Popen[str]:
+    proc = _start([sys.executable, "-c", HOLDER, db_url, what])
+    assert proc.stdout is not None and proc.stdout.readline() == "held\n"
+    return proc
+
+
+def test_actions_lock_excludes_other_processes_until_released_or_killed(db_url: str) -> None:
+    with open_store(db_url) as store:
+        for end in ("release", "kill"):
+            proc = _holder(db_url, "actions")
+            try:
+                try:
+                    with actions_lock(store, wait_s=0.3):
+                        raise AssertionError("took a lock another process holds")
+                except StoreError as exc:
+                    assert "held the Slurm-actions lock for more than 0.3 s" in str(exc)
+            finally:
+                if end == "kill":
+                    proc.kill()  # SIGKILL: the kernel / the server drops the lock
+                else:
+                    _go_and_wait([proc])
+                proc.wait(timeout=60)
+            with actions_lock(store, wait_s=30):
+                pass
+
+
+def test_node_lock_of_a_killed_run_is_free(db_url: str) -> None:
+    async def try_n01(store: Any, wait_s: float) -> str | None:
+        locks = NodeLocks(store, holder="run 6", wait_s=wait_s)
+        try:
+            async with locks.hold("n01") as busy:
+                return busy
+        finally:
+            locks.close()
+
+    with open_store(db_url) as store:
+        proc = _holder(db_url, "node")
+        try:
+            assert asyncio.run(try_n01(store, 0.3)) == "run 5"
+            assert asyncio.run(try_n01(store, 0.3)) == "run 5"  # a failed try leaks nothing
+        finally:
+            proc.kill()
+            proc.wait(timeout=60)
+        assert asyncio.run(try_n01(store, 30)) is None

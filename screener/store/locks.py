@@ -41,8 +41,7 @@ POLL_MAX_S = 0.5
 _ACTIONS_KEY = (0x5C7E, 1)
 _NODE_CLASS = 0x5C7F
 
-_held: dict[str, int] = {}  # actions locks this process holds: key -> depth (re-entrant)
-_held_guard = threading.Lock()
+_local = threading.local()  # actions locks this thread holds: key -> depth (re-entrant)
 
 
 def _node_key(node: str) -> int:
@@ -82,10 +81,10 @@ def actions_lock(store: StoreBase, wait_s: float = ACTIONS_WAIT_S) -> Iterator[N
     Raises StoreError when another run holds it for more than ``wait_s``: the caller then
     takes no action (a drain not made is safe; one made twice or unrecorded is not).
     """
-    key = f"{store.where}"
-    with _held_guard:
-        depth = _held.get(key, 0)
-        _held[key] = depth + 1
+    held: dict[str, int] = _local.__dict__.setdefault("held", {})
+    key = store.where
+    depth = held.get(key, 0)
+    held[key] = depth + 1
     try:
         if depth:
             yield
@@ -96,22 +95,23 @@ def actions_lock(store: StoreBase, wait_s: float = ACTIONS_WAIT_S) -> Iterator[N
             with _file_actions_lock(store, wait_s):
                 yield
     finally:
-        with _held_guard:
-            _held[key] -= 1
-            if not _held[key]:
-                del _held[key]
+        held[key] -= 1
+        if not held[key]:
+            del held[key]
 
 
 @contextlib.contextmanager
 def _pg_actions_lock(store: StoreBase, wait_s: float) -> Iterator[None]:
+    conn = None
     try:
         conn = store.engine.connect()
         trans = conn.begin()
         conn.execute(text(f"SET LOCAL lock_timeout = {max(1, int(wait_s * 1000))}"))
         conn.execute(text("SELECT pg_advisory_xact_lock(:c, :o)"), _pair(*_ACTIONS_KEY))
     except SQLAlchemyError as exc:
-        with contextlib.suppress(Exception):
-            conn.close()
+        if conn is not None:
+            with contextlib.suppress(SQLAlchemyError):
+                conn.close()
         raise StoreError(_busy_or(exc, wait_s)) from None
     try:
         yield
