@@ -5,6 +5,7 @@ database each test creates and drops):
   them, as separate processes started together: every run stored, no node probed by two
   runs at once (the sweep waits for the node locks, screener.store.locks);
 - a node whose lock another run holds past the deadline is UNKNOWN "busy: probed by run N";
+- the same over real sshd on the emulated cluster (one screen per node plus an overlapping one);
 - on the emulated cluster, 16 processes racing to drain one node, then 16 racing to resume
   it: one drain and one resume in Slurm and in the records (the actions lock);
 - the locks themselves: exclusive across processes, re-entrant within one, and free again
@@ -33,7 +34,7 @@ from screener.errors import StoreError
 from screener.store import open_store
 from screener.store.locks import NodeLocks, actions_lock
 from screener.store.schema import NodeProbeRecord, NodeRecord, RunRecord
-from tests.hooked_cluster import SCREENER, sinfo_nodes
+from tests.hooked_cluster import SCREENER, sinfo_nodes, write_config
 
 pytest_plugins = ["store_fixtures"]  # fixtures: db_backend, db_url, pg_dbs
 
@@ -315,3 +316,45 @@ def test_node_lock_of_a_killed_run_is_free(db_url: str) -> None:
             proc.kill()
             proc.wait(timeout=60)
         assert asyncio.run(try_n01(store, 30)) is None
+
+
+def test_screens_over_ssh_at_once_never_share_a_node(
+    cluster: Any, db_url: str, tmp_path: Path
+) -> None:
+    """The same over real sshd: one screen per cluster node plus one over two of them."""
+    trace, cfg = tmp_path / "trace.jsonl", tmp_path / "screener.toml"
+    write_config(
+        cfg,
+        cluster,
+        db_url,
+        tmp_path / "log",
+        store={"spool_dir": str(tmp_path / "spool")},
+        verdict={"confirm": False},
+        probe={"facts": False},
+    )
+    env = cluster.env()
+    jobs = [("prolog", str(i), [node]) for i, node in enumerate(cluster.nodes, 1)]
+    jobs.append(("sweep", "", cluster.nodes[:2]))
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", SCREEN_WORKER, str(cfg), str(trace), trig, job, *nodes],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for trig, job, nodes in jobs
+    ]
+    results = _go_and_wait(procs)
+    assert all(code == 0 for code, _, _ in results), [e[-1000:] for _, _, e in results]
+    outs = [json.loads(out) for _, out, _ in results]
+    assert all(o["error"] is None for o in outs), outs
+    assert _overlaps(trace) == []
+    probes = Counter(json.loads(line)["node"] for line in trace.read_text().splitlines())
+    assert probes == {n: 2 if n in cluster.nodes[:2] else 1 for n in cluster.nodes}
+    with open_store(db_url) as store, store.engine.connect() as conn:
+        runs = conn.execute(select(RunRecord.trigger, RunRecord.status)).all()
+        assert Counter(runs) == {("prolog", "done"): len(cluster.nodes), ("sweep", "done"): 1}
+        stored = conn.scalar(select(func.count()).select_from(NodeProbeRecord))
+        assert stored == sum(probes.values())
