@@ -207,3 +207,17 @@ def test_a_live_runs_drain_and_a_settled_one_are_not_drained_twice(
         assert finish_pending(client, rec, NOW, logs.append) == []  # nothing left
         assert sinfo_nodes(cluster)[node]["reason"] == "screener: wr 3MB/s r1"
         assert [e.action for e in store.node_events(node)] == ["drain", "drain_pending"]
+
+
+def test_acting_holds_the_actions_lock_reentrantly(store: Store, tmp_path: Path) -> None:
+    """`acting` (prolog/sweep: decide + apply under one lock) lets apply_drains re-take it,
+    while another process cannot (tests/test_concurrency.py covers the other process)."""
+    from screener.hooks.actions import acting
+    from screener.store.locks import actions_lock
+
+    with acting(None):
+        pass
+    with acting(SlurmRecords(store)), actions_lock(store, wait_s=0.1):
+        lockdir = tmp_path / ".s.db.locks"
+        assert (lockdir / "actions.lock").stat().st_mode & 0o777 == 0o600
+        assert lockdir.stat().st_mode & 0o077 == 0  # no one else can read or plant files

@@ -10,7 +10,7 @@ drain or resume the same node twice, nor settle an intent another run is carryin
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 
 from screener.errors import SlurmError, StoreError
@@ -29,6 +29,18 @@ from screener.store.locks import actions_lock
 from screener.store.slurm_records import SlurmRecords
 
 Log = Callable[[str], None]
+
+
+@contextlib.contextmanager
+def acting(records: SlurmRecords | None) -> Iterator[None]:
+    """The actions lock around a run's decide_drains + apply_drains, so the partition guard
+    counts the drains of concurrent runs (re-entrant: apply_drains takes it again for free).
+    Nothing to lock without records. StoreError when another run held it too long."""
+    if records is None:
+        yield
+        return
+    with actions_lock(records.store):
+        yield
 
 
 def decide_drains(
