@@ -213,8 +213,11 @@ def resume_node(
     run was killed before recording it is resumable once settled); ``node`` must be Slurm's
     view read just before the call."""
     with actions_lock(records.store):
-        if not dry_run:
-            finish_pending(client, records, now, log, [node.name], {node.name: node})
+        # Slurm is re-read if an intent is pending: ``node`` predates the lock, and a run
+        # killed while holding it may have drained the node after that read.
+        if not dry_run and finish_pending(client, records, now, log, [node.name]):
+            with contextlib.suppress(SlurmError):  # judge on the view just used
+                node = next(iter(client.nodes([node.name])), node)
         recorded = records.screener_reason(node.name)
         ok, because = may_resume(node, recorded)
         if not ok:
