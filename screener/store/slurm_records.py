@@ -4,14 +4,14 @@ sweep counters. Kept apart from store.py; works on any Store (SQLite or PostgreS
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import Connection, insert, or_, select, update
+from sqlalchemy import or_, select, update
 
 from screener.model import Status, Trigger
 from screener.store import convert
-from screener.store.base import aware, ensure_nodes, run_started
+from screener.store.base import aware, ensure_nodes
+from screener.store.drain_intents import DrainIntents, PendingDrain, open_episode_in
 from screener.store.schema import (
     EpisodeRecord,
     EventRecord,
@@ -19,30 +19,12 @@ from screener.store.schema import (
     RunRecord,
     VerdictRecord,
 )
-from screener.store.store import Store
 
-# The events that settle a drain intent ("drain_pending"): whichever of these is a node's
-# latest says whether an intent is still open.
-_DRAIN_PHASES = ("drain_pending", "drain", "drain_failed", "drain_abandoned")
+__all__ = ["PendingDrain", "SlurmRecords"]
 
 
-@dataclass(frozen=True)
-class PendingDrain:
-    """A drain intent no later event settled: its run was killed around ``scontrol``."""
-
-    node: str
-    reason: str  # the exact reason the run was about to give Slurm
-    at: datetime
-    run_id: int | None
-    trigger: Trigger
-    job_id: str | None
-
-
-class SlurmRecords:
+class SlurmRecords(DrainIntents):
     """What the prolog, epilog, sweep and `screener resume` need from the results DB."""
-
-    def __init__(self, store: Store) -> None:
-        self.store = store
 
     # ---- episodes ----------------------------------------------------------------------
     def open_episode(
@@ -59,7 +41,7 @@ class SlurmRecords:
         when = aware(at, "at")
         with self.store._write(f"open a slow episode of {name}") as conn:
             node_id = ensure_nodes(conn, [name], when, touch=False)[name]
-            return _open_episode(conn, node_id, trigger, when, reason, run_id, job_id)
+            return open_episode_in(conn, node_id, trigger, when, reason, run_id, job_id)
 
     def close_episodes(self, nodes: Sequence[str], at: datetime, run_id: int | None) -> list[str]:
         """End the open episode of each of ``nodes`` (they passed); returns the nodes closed."""
@@ -187,142 +169,9 @@ class SlurmRecords:
             ).all()
         return {r.name for r in rows}
 
-    # ---- two-phase drains: intent before scontrol, outcome after ---------------------------
-    def intend_drain(self, node: str, reason: str, at: datetime, run_id: int | None) -> None:
-        """Phase 1, before ``scontrol``: a "drain_pending" event carrying the exact reason."""
-        self.store.record_event(node, "drain_pending", "about to drain", at, run_id, reason)
-
-    def record_drain(
-        self,
-        node: str,
-        reason: str,
-        at: datetime,
-        run_id: int | None,
-        trigger: Trigger,
-        job_id: str | None,
-    ) -> None:
-        """Phase 2, after ``scontrol`` drained ``node``: the "drain" event (which settles the
-        intent) and the slow episode, in one transaction."""
-        name = convert.node_name(node)
-        when = aware(at, "at")
-        with self.store._write(f"record the drain of {name}") as conn:
-            if run_id is not None:
-                run_started(conn, run_id)
-            node_id = ensure_nodes(conn, [name], when, touch=False)[name]
-            _event(conn, node_id, when, "drain", reason, run_id, reason)
-            _open_episode(conn, node_id, trigger, when, reason, run_id, job_id)
-
-    def pending_drains(self, nodes: Sequence[str] | None = None) -> list[PendingDrain]:
-        """Intents not settled by a later drain / drain_failed / drain_abandoned event."""
-        query = (
-            select(
-                NodeRecord.name,
-                EventRecord.action,
-                EventRecord.at,
-                EventRecord.run_id,
-                EventRecord.slurm_reason,
-                RunRecord.trigger,
-                RunRecord.job_id,
-            )
-            .join(NodeRecord, NodeRecord.id == EventRecord.node_id)
-            .outerjoin(RunRecord, RunRecord.id == EventRecord.run_id)
-            .where(EventRecord.action.in_(_DRAIN_PHASES))
-            .order_by(NodeRecord.name, EventRecord.at.desc(), EventRecord.id.desc())
-        )
-        if nodes is not None:
-            query = query.where(NodeRecord.name.in_(list(nodes)))
-        with self.store._read("read drain intents") as conn:
-            rows = conn.execute(query).all()
-        out: list[PendingDrain] = []
-        seen: set[str] = set()
-        for r in rows:
-            if r.name in seen:
-                continue
-            seen.add(r.name)
-            if r.action == "drain_pending":
-                trigger = Trigger(r.trigger) if r.trigger else Trigger.MANUAL
-                out.append(
-                    PendingDrain(r.name, r.slurm_reason or "", r.at, r.run_id, trigger, r.job_id)
-                )
-        return out
-
-    def settle_drain(self, pending: PendingDrain, issued: bool, why: str, at: datetime) -> None:
-        """Finish an intent: "drain" + episode if Slurm carries it out, else "drain_abandoned".
-
-        Stamped no earlier than the intent, so it is the node's latest event even when this
-        host's clock is behind the one that wrote the intent."""
-        name = convert.node_name(pending.node)
-        when = max(aware(at, "at"), aware(pending.at, "intent time"))
-        with self.store._write(f"settle the drain intent of {name}") as conn:
-            node_id = ensure_nodes(conn, [name], when, touch=False)[name]
-            if issued:
-                _event(conn, node_id, when, "drain", why, pending.run_id, pending.reason)
-                _open_episode(
-                    conn,
-                    node_id,
-                    pending.trigger,
-                    aware(pending.at, "intent time"),
-                    pending.reason,
-                    pending.run_id,
-                    pending.job_id,
-                )
-            else:
-                _event(conn, node_id, when, "drain_abandoned", why, pending.run_id, pending.reason)
-
     def set_guard_reason(self, run_id: int, reason: str) -> None:
         """Mark a run whose drains the mass-drain guard stopped."""
         with self.store._write(f"record the guard of run {run_id}") as conn:
             conn.execute(
                 update(RunRecord).where(RunRecord.id == run_id).values(guard_reason=reason[:500])
             )
-
-
-def _event(
-    conn: Connection,
-    node_id: int,
-    at: datetime,
-    action: str,
-    reason: str,
-    run_id: int | None,
-    slurm_reason: str | None,
-) -> None:
-    conn.execute(
-        insert(EventRecord).values(
-            node_id=node_id,
-            at=at,
-            action=action,
-            reason=reason,
-            run_id=run_id,
-            slurm_reason=slurm_reason,
-        )
-    )
-
-
-def _open_episode(
-    conn: Connection,
-    node_id: int,
-    trigger: Trigger,
-    at: datetime,
-    reason: str,
-    run_id: int | None,
-    job_id: str | None,
-) -> bool:
-    """Start a slow episode unless one is open (inside the caller's transaction)."""
-    open_id = conn.scalar(
-        select(EpisodeRecord.id).where(
-            EpisodeRecord.node_id == node_id, EpisodeRecord.ended_at.is_(None)
-        )
-    )
-    if open_id is not None:
-        return False
-    conn.execute(
-        insert(EpisodeRecord).values(
-            node_id=node_id,
-            trigger=Trigger(trigger).value,
-            started_at=at,
-            start_run_id=run_id,
-            job_id=job_id,
-            reason=reason[:500],
-        )
-    )
-    return True
