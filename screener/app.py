@@ -24,6 +24,7 @@ from screener.pipeline import BetweenRounds, NodeDone, ScreenResult, screen
 from screener.policy import Policy, TransportPolicy, database_url, validate
 from screener.store import Store, open_store
 from screener.store.engine import describe, parse_url
+from screener.store.locks import probe_locks
 from screener.transport.base import RUN_TAG, Transport
 from screener.transport.cleanup import CLEANUP_TIMEOUT_S, kill_tagged
 
@@ -178,18 +179,21 @@ def _run(
         transport = make_transport(policy.transport)
         try:
             await _recover(transport, policy, store)
-            result = await screen(
-                nodes,
-                policy,
-                transport,
-                store,
-                trigger=trigger,
-                job_id=job_id,
-                nodeset=fold_nodes(nodes),
-                on_done=on_done,
-                between_rounds=between_rounds,
-                deadline_s=deadline_s,
-            )
+            # issue 11: no node probed by two runs at once (store.locks)
+            with probe_locks(store.store if store is not None else None) as node_locks:
+                result = await screen(
+                    nodes,
+                    policy,
+                    transport,
+                    store,
+                    trigger=trigger,
+                    job_id=job_id,
+                    nodeset=fold_nodes(nodes),
+                    on_done=on_done,
+                    between_rounds=between_rounds,
+                    deadline_s=deadline_s,
+                    locks=node_locks,
+                )
             result = _settled(result, store)
             if after is not None:
                 await after(transport, result)

@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
@@ -77,6 +78,16 @@ class RunStore(Protocol):
     def read_fleet(
         self, exclude: Sequence[str], recipe: str | None, since: datetime, limit: int
     ) -> list[FleetFigure]: ...
+
+
+class ProbeLocks(Protocol):
+    """Per-node probe locks across processes (screener.store.locks.NodeLocks): ``hold``
+    yields None while the node is ours, or the run holding it ("run 7") when the wait ran
+    out. ``holder`` names this run to the others."""
+
+    holder: str
+
+    def hold(self, node: str, stop_at: float | None) -> AbstractAsyncContextManager[str | None]: ...
 
 
 NodeDone = Callable[[int, NodeProbe], None]  # (round, probe) -> None, for progress bars
@@ -229,6 +240,7 @@ async def probe_all(
     round_no: int,
     on_done: NodeDone | None = None,
     stop_at: float | None = None,
+    locks: ProbeLocks | None = None,
 ) -> list[NodeProbe]:
     """Probe every node in parallel, order kept.
 
@@ -236,7 +248,8 @@ async def probe_all(
     its iostat monitor), so at most half as many nodes start together. Otherwise fio
     commands could fill every slot and each iostat would only start after its fio ended.
     ``stop_at`` (time.monotonic()) is the screen's deadline: a node not done by then is
-    UNKNOWN (error kind "deadline"), never SLOW.
+    UNKNOWN (error kind "deadline"), never SLOW. With ``locks`` a node another run is
+    probing is waited for (within the deadline), else UNKNOWN "busy: probed by run N".
     """
     gate = asyncio.Semaphore(max(1, policy.transport.concurrency // 2))
 
@@ -256,14 +269,29 @@ async def probe_all(
                 recipe=recipe_fingerprint(policy.probe),
             )
 
-    async def one(node: str) -> NodeProbe:
+    async def gated(node: str) -> NodeProbe:
         async with gate:
-            p = await bounded(node)
+            return await bounded(node)
+
+    async def one(node: str) -> NodeProbe:
+        if locks is None:
+            p = await gated(node)
+        else:
+            async with locks.hold(node, stop_at) as busy:
+                p = await gated(node) if busy is None else _busy(node, busy, policy)
         if on_done is not None:
             on_done(round_no, p)
         return p
 
     return list(await asyncio.gather(*(one(n) for n in nodes)))
+
+
+def _busy(node: str, holder: str, policy: Policy) -> NodeProbe:
+    """A node another run kept probing past our wait: UNKNOWN, never judged or drained."""
+    error = f"{node}: busy: probed by {holder}"
+    return NodeProbe(
+        node=node, error=error, error_kind="busy", recipe=recipe_fingerprint(policy.probe)
+    )
 
 
 def _loop_time(stop_at: float) -> float:
@@ -284,6 +312,7 @@ async def screen(
     on_done: NodeDone | None = None,
     between_rounds: BetweenRounds | None = None,
     deadline_s: float | None = None,
+    locks: ProbeLocks | None = None,
 ) -> ScreenResult:
     """Screen ``nodes``: probe, judge against peers and history, confirm suspects, store.
 
@@ -302,8 +331,10 @@ async def screen(
             trigger, nodes, policy.to_dict(), job_id, nodeset or ",".join(nodes), clock.now()
         )
         rec = _Recorder(store, run_id)
+        if locks is not None:
+            locks.holder = f"run {run_id}"
     try:
-        first = await probe_all(transport, nodes, policy, 1, on_done, stop_at)
+        first = await probe_all(transport, nodes, policy, 1, on_done, stop_at, locks)
         rec.probes(first, 1)
         summary = evaluate(first, history, policy.verdict, fleet)
         final = {p.node: p for p in first}
@@ -313,7 +344,7 @@ async def screen(
             if between_rounds is not None:
                 await between_rounds(summary)
             refs = references(summary, policy.verdict.confirm_references)
-            second = await probe_all(transport, [*again, *refs], policy, 2, on_done, stop_at)
+            second = await probe_all(transport, [*again, *refs], policy, 2, on_done, stop_at, locks)
             rec.probes(second, 2)
             longest.append(_longest(second))
             final.update({p.node: p for p in second if p.node in again})

@@ -2,8 +2,13 @@
 back, never another exception (issue 11). Inputs are random text, random JSON, and real
 captures (tests/data/probe) mutated: cut, spliced, values swapped for other JSON values.
 
-The sinfo/squeue parsers are the Slurm helper's (another branch) and are not fuzzed here.
-About 10,400 generated inputs in total; hypothesis' deadline is off (CI machines are slow).
+The sinfo/squeue parsers (screener/slurm/parse.py) get the same treatment with their own
+contract: a list of valid records or a one-line SlurmError. Inputs: random text and bytes,
+random documents in both shapes (22.05 and 23.02+/24.11), and the captures of
+tests/data/slurm mutated.
+
+8 probe-parser tests + 5 Slurm-parser tests, 1,300 inputs each: about 16,900 generated inputs;
+hypothesis' deadline is off (CI machines are slow).
 """
 
 from __future__ import annotations
@@ -17,16 +22,19 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from screener.errors import ProbeError
+from screener.errors import ProbeError, SlurmError
 from screener.model import IostatSample
 from screener.policy import ProbePolicy
 from screener.probe.facts import parse_facts, parse_mdstat, parse_smart_log
 from screener.probe.fio import parse_fio
 from screener.probe.iostat import parse_iostat
 from screener.probe.preflight import parse_preflight
+from screener.slurm.model import SlurmJob, SlurmNode
+from screener.slurm.parse import parse_sinfo, parse_squeue
 
 DATA = Path(__file__).parent / "data" / "probe"
-EXAMPLES = 1300  # per test; 8 tests -> 10,400 inputs
+SLURM_DATA = Path(__file__).parent / "data" / "slurm"
+EXAMPLES = 1300  # per test; 13 tests -> 16,900 inputs
 FUZZ = settings(
     max_examples=EXAMPLES,
     deadline=None,
@@ -203,3 +211,145 @@ def test_fuzz_fio_and_iostat_on_bytes(raw: bytes) -> None:
 def test_fuzz_fio_random_documents(doc: dict[str, Any]) -> None:
     doc.setdefault("jobs", [doc.copy()])
     only_probe_errors(lambda t: parse_fio(t, "n"), json.dumps(doc, indent=1))
+
+
+# ---- Slurm: sinfo --json / squeue --json ----------------------------------------------------
+
+SINFO_TEXTS = [p.read_text() for p in sorted(SLURM_DATA.glob("*.json")) if "squeue" not in p.name]
+SQUEUE_TEXTS = [p.read_text() for p in sorted(SLURM_DATA.glob("squeue*.json"))]
+SINFO_DOCS = [json.loads(t) for t in SINFO_TEXTS]
+SQUEUE_DOCS = [json.loads(t) for t in SQUEUE_TEXTS]
+NAMES = st.one_of(
+    st.sampled_from(["cn001", "node01", "-rf", "a;b", "x" * 70, "", "n\nx", "nœud"]),
+    st.text(max_size=12),
+    JSON_SCALARS,
+)
+STATES = st.one_of(
+    st.sampled_from(["idle", "IDLE", "DRAIN", "MIXED", "down*", "ALLOCATED~"]),
+    st.lists(st.sampled_from(["IDLE", "DRAIN", "DOWN", "NOT_RESPONDING", ""]), max_size=3),
+    JSON_VALUES,
+)
+HOSTLISTS = st.one_of(
+    st.sampled_from(["", "cn[001-002,005]", "node[01-", "node[5-1]", "n[1-100000]", "a,,b"]),
+    st.text(alphabet="cn0123456789[],-", max_size=16),
+    JSON_VALUES,
+)
+NODE_RECORD = st.fixed_dictionaries(
+    {"name": NAMES},
+    optional={
+        "state": STATES,
+        "state_flags": STATES,
+        "reason": JSON_VALUES,
+        "partitions": st.one_of(st.lists(NAMES, max_size=3), JSON_VALUES),
+    },
+)
+SINFO_RECORD = st.fixed_dictionaries(
+    {},
+    optional={
+        "nodes": st.one_of(
+            st.fixed_dictionaries({"nodes": st.lists(NAMES, max_size=3)}), JSON_VALUES
+        ),
+        "node": st.one_of(st.fixed_dictionaries({"state": STATES}), JSON_VALUES),
+        "reason": JSON_VALUES,
+        "partition": st.one_of(st.fixed_dictionaries({"name": NAMES}), JSON_VALUES),
+    },
+)
+NUMBERS = st.one_of(
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.fixed_dictionaries({"set": st.booleans(), "number": JSON_SCALARS}),
+    JSON_VALUES,
+)
+JOB_RECORD = st.fixed_dictionaries(
+    {"job_id": NUMBERS},
+    optional={
+        "nodes": HOSTLISTS,
+        "job_state": STATES,
+        "comment": JSON_VALUES,
+        "name": JSON_VALUES,
+        "partition": JSON_VALUES,
+        "state_reason": JSON_VALUES,
+        "restart_cnt": NUMBERS,
+    },
+)
+ERRORS = st.one_of(st.just([]), st.none(), JSON_VALUES)
+SLURM_DOCS = st.one_of(
+    st.fixed_dictionaries(
+        {"nodes": st.one_of(st.lists(NODE_RECORD | JSON_VALUES, max_size=4), JSON_VALUES)},
+        optional={"errors": ERRORS},
+    ),
+    st.fixed_dictionaries(
+        {"sinfo": st.one_of(st.lists(SINFO_RECORD | JSON_VALUES, max_size=4), JSON_VALUES)},
+        optional={"errors": ERRORS},
+    ),
+    st.fixed_dictionaries(
+        {"jobs": st.one_of(st.lists(JOB_RECORD | JSON_VALUES, max_size=4), JSON_VALUES)},
+        optional={"errors": ERRORS},
+    ),
+)
+
+
+def only_slurm_errors(parse: Callable[[str], Any], text: str) -> Any:
+    try:
+        return parse(text)
+    except SlurmError as exc:
+        assert "\n" not in str(exc)  # one line for the admin
+        assert len(str(exc)) < 500
+        return None
+
+
+def check_nodes(nodes: list[SlurmNode] | None) -> None:
+    """What the hooks rely on: unique valid names in order, upper-case states, plain text."""
+    if nodes is None:
+        return
+    names = [n.name for n in nodes]
+    assert names == sorted(set(names))
+    for n in nodes:
+        assert isinstance(n.reason, str) and all(isinstance(p, str) for p in n.partitions)
+        assert all(s and s == s.upper() for s in n.states)
+        assert not n.name.startswith("-") and 0 < len(n.name) <= 63
+
+
+def check_jobs(jobs: list[SlurmJob] | None) -> None:
+    if jobs is None:
+        return
+    for j in jobs:
+        int(j.job_id)  # a number, whatever shape it came in
+        assert isinstance(j.restarts, int) and isinstance(j.comment, str)
+        assert all(not n.startswith("-") and 0 < len(n) <= 63 for n in j.nodes)
+
+
+def both(text: str) -> None:
+    check_nodes(only_slurm_errors(parse_sinfo, text))
+    check_jobs(only_slurm_errors(parse_squeue, text))
+
+
+@FUZZ
+@given(st.one_of(mutated_json(SINFO_DOCS), mutated_text(SINFO_TEXTS)))
+def test_fuzz_sinfo_mutated_captures(text: str) -> None:
+    check_nodes(only_slurm_errors(parse_sinfo, text))
+
+
+@FUZZ
+@given(st.one_of(mutated_json(SQUEUE_DOCS), mutated_text(SQUEUE_TEXTS)))
+def test_fuzz_squeue_mutated_captures(text: str) -> None:
+    check_jobs(only_slurm_errors(parse_squeue, text))
+
+
+@FUZZ
+@given(SLURM_DOCS)
+def test_fuzz_slurm_random_documents(doc: dict[str, Any]) -> None:
+    both(json.dumps(doc, allow_nan=True))
+
+
+@FUZZ
+@given(st.one_of(st.text(), st.binary(max_size=400).map(lambda b: b.decode("utf-8", "replace"))))
+def test_fuzz_slurm_text_and_bytes(text: str) -> None:
+    both(text)
+
+
+@FUZZ
+@given(st.integers(1, 3000), st.sampled_from(["[", '{"nodes":[', '{"a":']), st.integers(0, 1))
+def test_fuzz_slurm_deep_and_huge(depth: int, opener: str, huge: int) -> None:
+    # Deeply nested documents (the JSON decoder's recursion) and integers past Python's
+    # 4,300-digit str limit, which json.loads refuses with a plain ValueError.
+    both(opener * depth if not huge else '{"jobs": [{"job_id": ' + "9" * (4000 + depth) + "}]}")

@@ -84,8 +84,9 @@ def test_slow_node_drained_job_requeued_onto_healthy_nodes(site: dict[str, Any])
     assert reason.startswith("screener: rd ") and ("peers" in reason or "w/r" in reason), reason
     with open_store(site["db"]) as store:
         events = store.node_events(slow)
-        assert [e.action for e in events] == ["drain"]
-        assert events[0].slurm_reason == reason  # the exact string Slurm shows
+        # two-phase: the intent before scontrol, the drain after, both with the exact reason
+        assert [e.action for e in events] == ["drain", "drain_pending"]
+        assert events[0].slurm_reason == events[1].slurm_reason == reason
         assert SlurmRecords(store).screener_reason(slow) == reason
         eps = SlurmRecords(store).episodes(slow)
         assert [(e[0], e[2], e[3]) for e in eps] == [("prolog", None, job_id)]

@@ -65,7 +65,7 @@ def test_sweep_drains_slow_node_then_resumes_it_after_k_passes(
     assert f"resumed {slow}: passed 2 consecutive sweeps" in log
     assert "DRAIN" not in sinfo_nodes(cluster)[slow]["state_flags"]
     with open_store(db) as store:
-        assert [e.action for e in store.node_events(slow)] == ["resume", "drain"]
+        assert [e.action for e in store.node_events(slow)] == ["resume", "drain", "drain_pending"]
         (episode,) = SlurmRecords(store).episodes(slow)
         assert episode[2] is not None  # closed at the resume
 

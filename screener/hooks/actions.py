@@ -1,20 +1,46 @@
 """Side effects shared by the prolog, the sweep and `screener resume`: drain with the guard,
-resume with the reason check, each recorded as a node event."""
+resume with the reason check, each recorded as a node event.
+
+Safe under kills and concurrency (issue 11): a drain is two-phase (a "drain_pending" intent
+with the exact reason before ``scontrol``, "drain" after), so a drain is recorded iff it was
+issued once the next run has called finish_pending; drains, resumes and the settling of
+intents run under the DB-wide actions lock (screener.store.locks), so two runs never
+drain or resume the same node twice, nor settle an intent another run is carrying out."""
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 
 from screener.errors import SlurmError, StoreError
-from screener.hooks.decide import DrainPlan, drain_reason, drainable, may_resume, plan_drains
+from screener.hooks.decide import (
+    DrainPlan,
+    drain_reason,
+    drainable,
+    may_resume,
+    plan_drains,
+    settle_intent,
+)
 from screener.model import RunSummary, Trigger
 from screener.policy import Policy
 from screener.slurm.model import SlurmClient, SlurmNode
+from screener.store.locks import actions_lock
 from screener.store.slurm_records import SlurmRecords
 
 Log = Callable[[str], None]
+
+
+@contextlib.contextmanager
+def acting(records: SlurmRecords | None) -> Iterator[None]:
+    """The actions lock around a run's decide_drains + apply_drains, so the partition guard
+    counts the drains of concurrent runs (re-entrant: apply_drains takes it again for free).
+    Nothing to lock without records. StoreError when another run held it too long."""
+    if records is None:
+        yield
+        return
+    with actions_lock(records.store):
+        yield
 
 
 def decide_drains(
@@ -49,7 +75,36 @@ def apply_drains(
     dry_run: bool,
     log: Log,
 ) -> list[str]:
-    """Carry out ``plan``; returns the nodes actually drained. Every outcome is an event."""
+    """Carry out ``plan``; returns the nodes actually drained. Every outcome is an event.
+
+    With records: under the actions lock, earlier runs' pending intents are settled first,
+    then each drain is intent -> scontrol -> "drain" (or "drain_failed"). A node Slurm shows
+    drained with the reason screener recorded (another run drained it meanwhile) is left
+    alone; no lock or no intent recorded means no drain.
+    """
+    if records is None:
+        return _drain_all(plan, client, None, run_id, trigger, job_id, now, dry_run, log)
+    try:
+        with actions_lock(records.store):
+            if not dry_run:
+                finish_pending(client, records, now, log)
+            return _drain_all(plan, client, records, run_id, trigger, job_id, now, dry_run, log)
+    except StoreError as exc:  # the lock (or a read under it) failed: act on nothing
+        log(f"no drains: {exc}")
+        return []
+
+
+def _drain_all(
+    plan: DrainPlan,
+    client: SlurmClient,
+    records: SlurmRecords | None,
+    run_id: int | None,
+    trigger: Trigger,
+    job_id: str | None,
+    now: datetime,
+    dry_run: bool,
+    log: Log,
+) -> list[str]:
     store = records.store if records is not None else None
     if plan.guard is not None:
         log(plan.guard)
@@ -60,23 +115,86 @@ def apply_drains(
                 store.record_event(node, "guard_trip", plan.guard, now, run_id)
         return []
     drained: list[str] = []
+    others = _drained_by_screener(client, records, [n for n, _ in plan.drain]) if records else {}
     for node, reason in plan.drain:
         if dry_run:
             log(f"dry-run: would drain {node} with reason {reason!r}")
             continue
+        if node in others:
+            log(f"{node}: already drained by screener ({others[node]!r}); not drained again")
+            continue
+        if records is not None:
+            try:
+                records.intend_drain(node, reason, now, run_id)  # phase 1
+            except StoreError as exc:
+                log(f"not draining {node}: cannot record the intent first ({exc})")
+                continue
         try:
             client.drain([node], reason)
         except SlurmError as exc:
             log(f"drain of {node} failed: {exc}")
-            if store is not None:
-                store.record_event(node, "drain_failed", str(exc), now, run_id, reason)
+            if store is not None:  # unrecorded, the intent is settled "abandoned" later
+                with contextlib.suppress(StoreError):
+                    store.record_event(node, "drain_failed", str(exc), now, run_id, reason)
             continue
         drained.append(node)
         log(f"drained {node}: {reason}")
-        if records is not None and store is not None:
-            store.record_event(node, "drain", reason, now, run_id, reason)
-            records.open_episode(node, trigger, now, reason, run_id, job_id)
+        if records is not None:
+            try:
+                records.record_drain(node, reason, now, run_id, trigger, job_id)  # phase 2
+            except StoreError as exc:  # the intent stays: the next run records the drain
+                log(f"drain of {node} not recorded yet ({exc}); the next run settles it")
     return drained
+
+
+def _drained_by_screener(
+    client: SlurmClient, records: SlurmRecords, nodes: Sequence[str]
+) -> dict[str, str]:
+    """Nodes Slurm shows drained with the reason screener recorded (another run drained them
+    since this one read Slurm): node -> reason. Slurm is asked only about nodes with such a
+    record; if it cannot answer, none are skipped (the drain then fails or repeats ours)."""
+    ours = {n: r for n in nodes if (r := records.screener_reason(n)) is not None}
+    if not ours:
+        return {}
+    try:
+        current = client.nodes(list(ours))
+    except SlurmError:
+        return {}
+    return {n.name: n.reason for n in current if n.drained and n.reason == ours.get(n.name)}
+
+
+def finish_pending(
+    client: SlurmClient,
+    records: SlurmRecords,
+    now: datetime,
+    log: Log,
+    nodes: Sequence[str] | None = None,
+    current: Mapping[str, SlurmNode] | None = None,
+) -> list[tuple[str, bool]]:
+    """Settle drain intents left by killed runs (of ``nodes``, or all): "drain" + episode when
+    Slurm shows exactly the intended reason, else "drain_abandoned". ``current`` is Slurm's
+    view when the caller has it fresh; otherwise it is read now. Returns (node, drained).
+
+    Holds the actions lock (re-entrant), so no live run's intent is mistaken for a dead one.
+    A Slurm that cannot be read leaves the intents for a later run.
+    """
+    with actions_lock(records.store):
+        pending = records.pending_drains(nodes)
+        if not pending:
+            return []
+        if current is None:
+            try:
+                current = {n.name: n for n in client.nodes([p.node for p in pending])}
+            except SlurmError as exc:
+                log(f"drain intents of killed runs left pending: {exc}")
+                return []
+        out = []
+        for p in pending:
+            issued, why = settle_intent(p.reason, current.get(p.node))
+            records.settle_drain(p, issued, why, now)
+            log(f"{p.node}: intent of run {p.run_id} settled: {why}")
+            out.append((p.node, issued))
+        return out
 
 
 def resume_node(
@@ -89,22 +207,32 @@ def resume_node(
     dry_run: bool,
     log: Log,
 ) -> bool:
-    """Resume ``node`` only if its current Slurm reason is exactly the one screener set."""
-    recorded = records.screener_reason(node.name)
-    ok, because = may_resume(node, recorded)
-    if not ok:
-        log(f"not resuming {because}")
-        if recorded is not None:  # ours once, changed since: say so in the history
-            records.store.record_event(node.name, "resume_refused", because, now, run_id)
-        return False
-    if dry_run:
-        log(f"dry-run: would resume {node.name} ({why})")
-        return False
-    client.resume([node.name])
-    records.store.record_event(node.name, "resume", why, now, run_id, recorded)
-    records.close_episodes([node.name], now, run_id)
-    log(f"resumed {node.name}: {why}")
-    return True
+    """Resume ``node`` only if its current Slurm reason is exactly the one screener set.
+
+    Under the actions lock, after settling the node's pending drain intent (a drain whose
+    run was killed before recording it is resumable once settled); ``node`` must be Slurm's
+    view read just before the call."""
+    with actions_lock(records.store):
+        # Slurm is re-read if an intent is pending: ``node`` predates the lock, and a run
+        # killed while holding it may have drained the node after that read.
+        if not dry_run and finish_pending(client, records, now, log, [node.name]):
+            with contextlib.suppress(SlurmError):  # judge on the view just used
+                node = next(iter(client.nodes([node.name])), node)
+        recorded = records.screener_reason(node.name)
+        ok, because = may_resume(node, recorded)
+        if not ok:
+            log(f"not resuming {because}")
+            if recorded is not None:  # ours once, changed since: say so in the history
+                records.store.record_event(node.name, "resume_refused", because, now, run_id)
+            return False
+        if dry_run:
+            log(f"dry-run: would resume {node.name} ({why})")
+            return False
+        client.resume([node.name])
+        records.store.record_event(node.name, "resume", why, now, run_id, recorded)
+        records.close_episodes([node.name], now, run_id)
+        log(f"resumed {node.name}: {why}")
+        return True
 
 
 def close_passing(

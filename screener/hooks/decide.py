@@ -136,3 +136,22 @@ def may_resume(node: SlurmNode, recorded: str | None) -> tuple[bool, str]:
             "left alone"
         )
     return True, f"{node.name}: reason is screener's own"
+
+
+def settle_intent(reason: str, current: SlurmNode | None) -> tuple[bool, str]:
+    """Was a drain intent (recorded, then its run killed around ``scontrol``) carried out?
+
+    Only if Slurm shows the node drained with exactly the intended reason (reasons carry the
+    run id, so no other drain has the same one). Anything else, including a node Slurm no
+    longer knows, abandons the intent: screener never claims a drain it cannot prove.
+    """
+    if current is None:
+        return False, "Slurm no longer lists the node; intent abandoned"
+    if current.drained and current.reason == reason:
+        return True, f"Slurm shows the intended reason {reason!r}: drain recorded after the run"
+    if not current.drained:
+        return False, "not drained in Slurm (the run stopped before scontrol); intent abandoned"
+    return False, (
+        f"drained with reason {current.reason!r}, not the intended {reason!r}: not ours; "
+        "intent abandoned"
+    )

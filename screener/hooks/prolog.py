@@ -129,7 +129,10 @@ def _screen_job(
     skip: list[str] = []
     probe = list(job.nodes)
     if records is not None:
+        from screener.hooks.actions import finish_pending
+
         now = datetime.now(UTC)
+        finish_pending(client, records, now, log, nodes=job.nodes)  # a killed run's drains
         last = records.last_pass(job.nodes)
         flaky = records.flaky_since(job.nodes, now - timedelta(seconds=pp.flaky_window_s))
         skip, probe = fast_path(job.nodes, last, flaky, now, pp.fresh_s)
@@ -192,21 +195,24 @@ def _act(
     partition = [
         n.name for n in client.nodes() if not job.partition or job.partition in n.partitions
     ]
-    plan = actions.decide_drains(
-        result.summary, result.run_id, len(job.nodes), partition, records, policy, now
-    )
-    with _deferred_sigterm():  # a drain and its record go together (PrologEpilogTimeout)
-        drained = actions.apply_drains(
-            plan,
-            client,
-            records,
-            result.run_id,
-            Trigger.PROLOG,
-            job.job_id,
-            now,
-            policy.slurm.dry_run,
-            log,
+    # Under the actions lock, so the partition guard counts concurrent prologs' drains; with
+    # SIGTERM held, so a drain and its record go together (PrologEpilogTimeout).
+    with actions.acting(records):
+        plan = actions.decide_drains(
+            result.summary, result.run_id, len(job.nodes), partition, records, policy, now
         )
+        with _deferred_sigterm():
+            drained = actions.apply_drains(
+                plan,
+                client,
+                records,
+                result.run_id,
+                Trigger.PROLOG,
+                job.job_id,
+                now,
+                policy.slurm.dry_run,
+                log,
+            )
     return EXIT_REQUEUE if drained else 0
 
 

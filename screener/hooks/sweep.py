@@ -34,6 +34,7 @@ from screener.runner import run_command
 from screener.slurm import SlurmClient, SlurmNode, select_client
 from screener.store import Store, open_store
 from screener.store.engine import describe, parse_url
+from screener.store.locks import NodeLocks, probe_locks
 from screener.store.slurm_records import SlurmRecords
 from screener.transport.base import RUN_TAG, Transport
 from screener.verdict import confirm, evaluate, references, suspects
@@ -106,10 +107,17 @@ class Sweep:
         return step_results(res.stdout, nodes)
 
     async def _round(
-        self, transport: Transport, held: Sequence[str], drained: Sequence[str], rnd: int
+        self,
+        transport: Transport,
+        held: Sequence[str],
+        drained: Sequence[str],
+        rnd: int,
+        locks: NodeLocks | None = None,
     ) -> dict[str, list[NodeProbe]]:
+        # Held nodes are Slurm's to keep exclusive; drained ones (SSH) take node locks, so a
+        # second sweep or a manual screen never probes them at the same time.
         step = asyncio.to_thread(self._step, held)
-        ssh = probe_all(transport, drained, self.policy, rnd)
+        ssh = probe_all(transport, drained, self.policy, rnd, locks=locks)
         by_step, by_ssh = await asyncio.gather(step, ssh)
         return {**by_step, **{p.node: [p] for p in by_ssh}}
 
@@ -122,6 +130,8 @@ class Sweep:
         records = SlurmRecords(db) if isinstance(db, Store) else None
         now = datetime.now(UTC)
         every = {n.name: n for n in self.client.nodes()}
+        if records is not None:  # a killed run's drain intents first: they decide "ours"
+            actions.finish_pending(self.client, records, now, log, current=every)
         drained = (
             []
             if records is None
@@ -136,8 +146,12 @@ class Sweep:
             Trigger.SWEEP, nodes, policy.to_dict(), self.job_id, fold_nodes(nodes), now
         )
         transport = make_transport(policy.transport)
+        held_locks = contextlib.ExitStack()
+        locks = held_locks.enter_context(probe_locks(db))
+        if locks is not None:
+            locks.holder = f"run {store.run_id}"
         try:
-            first = await self._round(transport, self.held, drained_names, 1)
+            first = await self._round(transport, self.held, drained_names, 1, locks)
             self._record(store, run_id, first, 1)
             final = {n: rounds[-1] for n, rounds in first.items()}
             summary = evaluate(list(final.values()), history, policy.verdict, fleet)
@@ -150,7 +164,7 @@ class Sweep:
                 wanted = [*again, *refs]
                 held2 = [n for n in wanted if n in self.held]
                 second = await self._round(
-                    transport, held2, [n for n in wanted if n not in held2], 2
+                    transport, held2, [n for n in wanted if n not in held2], 2, locks
                 )
                 self._record(store, run_id, second, 1 + max(len(r) for r in first.values()))
                 last = [rounds[-1] for rounds in second.values()]
@@ -162,6 +176,7 @@ class Sweep:
             raise
         finally:
             await transport.close()
+            held_locks.close()
         store.record_verdicts(run_id, summary)
         store.finish_run(run_id, datetime.now(UTC), "done")
         for v in summary.verdicts:
@@ -209,20 +224,21 @@ class Sweep:
             for n in every.values()
             if not policy.sweep.partition or policy.sweep.partition in n.partitions
         ]
-        plan = actions.decide_drains(
-            held_summary, run_id, len(self.held), partition, records, policy, now
-        )
-        actions.apply_drains(
-            plan,
-            self.client,
-            records,
-            run_id,
-            Trigger.SWEEP,
-            self.job_id,
-            now,
-            policy.slurm.dry_run,
-            self.log,
-        )
+        with actions.acting(records):  # the guard counts concurrent runs' drains
+            plan = actions.decide_drains(
+                held_summary, run_id, len(self.held), partition, records, policy, now
+            )
+            actions.apply_drains(
+                plan,
+                self.client,
+                records,
+                run_id,
+                Trigger.SWEEP,
+                self.job_id,
+                now,
+                policy.slurm.dry_run,
+                self.log,
+            )
         for v in summary.verdicts:
             if v.node in drained_names:
                 self._maybe_resume(records, run_id, v.node, v.status, every)

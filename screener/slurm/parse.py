@@ -6,6 +6,10 @@ Shapes handled (captured samples in tests/data/slurm/):
 - 24.11 ``sinfo --json``: ``{"sinfo": [{"nodes": {"nodes": [...]}, "node": {"state": [...]},
   "reason": ..., "partition": {"name": ...}}]}``;
 - jobs: ``job_state`` a string or a list, ``comment`` a string or an object with ``job``.
+
+Contract (fuzzed in tests/test_fuzz_parsers.py): whatever the text, the result is a list of
+valid records or a one-line SlurmError; never another exception. Optional fields that are
+missing or null take their default; a field of the wrong type is a SlurmError.
 """
 
 from __future__ import annotations
@@ -13,27 +17,39 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from screener.errors import SlurmError
+from screener.errors import ConfigError, SlurmError
 from screener.nodes import expand_nodeset, validate_node
 from screener.slurm.model import SlurmJob, SlurmNode
+
+_STATE_SUFFIXES = "*~#!%$@^-"
 
 
 def _load(text: str, what: str) -> dict[str, Any]:
     try:
         data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise SlurmError(f"{what} did not print JSON: {exc}") from None
+    except (ValueError, RecursionError) as exc:  # ValueError: also ints beyond 4300 digits
+        raise SlurmError(
+            f"{what} did not print JSON: {_line(str(exc) or type(exc).__name__)}"
+        ) from None
     if not isinstance(data, dict):
         raise SlurmError(f"{what} printed JSON that is not an object")
     errors = data.get("errors") or []
+    if not isinstance(errors, list):
+        raise SlurmError(f"{what} printed 'errors' that is not a list")
     if errors:
-        raise SlurmError(f"{what} reported: {_text(errors[0])}")
+        raise SlurmError(f"{what} reported: {_line(_text(errors[0])) or 'an error'}")
     return data
 
 
-def _text(value: Any) -> str:
+def _line(text: str, limit: int = 200) -> str:
+    """One short line of Slurm-provided text for an error message."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+
+
+def _text(value: Any, depth: int = 0) -> str:
     """A string field that newer Slurm may wrap in an object (or a list)."""
-    if value is None:
+    if value is None or depth > 8:
         return ""
     if isinstance(value, str):
         return value
@@ -43,67 +59,110 @@ def _text(value: Any) -> str:
                 return str(value[key])
         return ""
     if isinstance(value, list):
-        return ",".join(_text(v) for v in value)
+        return ",".join(_text(v, depth + 1) for v in value)
     return str(value)
+
+
+def _obj(value: Any, what: str) -> dict[str, Any]:
+    """``value`` as a JSON object; null is an empty one; anything else is a SlurmError."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise SlurmError(f"{what} is not a JSON object")
+    return value
+
+
+def _items(value: Any, what: str) -> list[Any]:
+    """``value`` as a JSON list; null is an empty one; anything else is a SlurmError."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise SlurmError(f"{what} is not a JSON list")
+    return value
+
+
+def _node(value: Any, what: str) -> str:
+    """A node name from Slurm output, validated (it ends up in argv and ssh host names)."""
+    try:
+        return validate_node(_text(value))
+    except ConfigError as exc:
+        raise SlurmError(f"{what}: {exc}") from None
 
 
 def _states(state: Any, flags: Any) -> frozenset[str]:
     """Base state plus flags, upper case: "idle"+["DRAIN"] and ["IDLE","DRAIN"] agree."""
-    items = state if isinstance(state, list) else [state]
+    items = list(state) if isinstance(state, list) else [state]
     items += flags if isinstance(flags, list) else []
-    return frozenset(str(s).upper().rstrip("*~#!%$@^-") for s in items if s)
+    return frozenset(_text(s).upper().rstrip(_STATE_SUFFIXES) for s in items if _text(s))
+
+
+def _partitions(value: Any, what: str) -> tuple[str, ...]:
+    """Partition names: a list (of names or objects) or a comma-separated string."""
+    if isinstance(value, str):
+        return tuple(p for p in value.split(",") if p)
+    return tuple(p for p in (_text(v) for v in _items(value, what)) if p)
 
 
 def parse_sinfo(text: str) -> list[SlurmNode]:
     """Nodes from ``sinfo --json`` (any shape above), unique by name, sorted."""
-    data = _load(text, "sinfo --json")
+    what = "sinfo --json"
+    data = _load(text, what)
     found: dict[str, SlurmNode] = {}
     if isinstance(data.get("nodes"), list):
-        for rec in data["nodes"]:
-            name = validate_node(_text(rec.get("name")))
-            parts = tuple(_text(p) for p in rec.get("partitions") or [])
-            node = SlurmNode(
+        for raw in data["nodes"]:
+            rec = _obj(raw, f"{what}: a node record")
+            name = _node(rec.get("name"), what)
+            found[name] = SlurmNode(
                 name=name,
                 states=_states(rec.get("state"), rec.get("state_flags")),
                 reason=_text(rec.get("reason")),
-                partitions=parts,
+                partitions=_partitions(rec.get("partitions"), f"{what}: partitions of {name}"),
             )
-            found[name] = node
     elif isinstance(data.get("sinfo"), list):
-        for rec in data["sinfo"]:
-            names = ((rec.get("nodes") or {}).get("nodes")) or []
-            states = _states((rec.get("node") or {}).get("state"), None)
-            part = _text((rec.get("partition") or {}).get("name"))
-            for raw in names:
-                name = validate_node(_text(raw))
+        for raw in data["sinfo"]:
+            rec = _obj(raw, f"{what}: an sinfo record")
+            nodes = _obj(rec.get("nodes"), f"{what}: sinfo[].nodes")
+            names = _items(nodes.get("nodes"), f"{what}: sinfo[].nodes.nodes")
+            states = _states(_obj(rec.get("node"), f"{what}: sinfo[].node").get("state"), None)
+            part = _text(_obj(rec.get("partition"), f"{what}: sinfo[].partition").get("name"))
+            reason = _text(rec.get("reason"))
+            for one in names:
+                name = _node(one, what)
                 old = found.get(name)
                 parts = (*old.partitions, part) if old and part else ((part,) if part else ())
-                found[name] = SlurmNode(name, states, _text(rec.get("reason")), parts)
+                found[name] = SlurmNode(name, states, reason, parts)
     else:
-        raise SlurmError("sinfo --json printed neither 'nodes' nor 'sinfo'")
+        raise SlurmError(f"{what} printed neither 'nodes' nor 'sinfo'")
     return [found[n] for n in sorted(found)]
 
 
 def parse_squeue(text: str) -> list[SlurmJob]:
     """Jobs from ``squeue --json``."""
-    data = _load(text, "squeue --json")
+    what = "squeue --json"
+    data = _load(text, what)
     jobs = data.get("jobs")
     if not isinstance(jobs, list):
-        raise SlurmError("squeue --json printed no 'jobs' list")
+        raise SlurmError(f"{what} printed no 'jobs' list")
     out: list[SlurmJob] = []
-    for rec in jobs:
+    for raw in jobs:
+        rec = _obj(raw, f"{what}: a job record")
+        job_id = str(_number(rec.get("job_id")))
         nodelist = _text(rec.get("nodes"))
+        try:
+            nodes = tuple(expand_nodeset(nodelist)) if nodelist.strip() else ()
+        except ConfigError as exc:
+            raise SlurmError(f"{what}: job {job_id}: {exc}") from None
         state = rec.get("job_state")
         out.append(
             SlurmJob(
-                job_id=str(_number(rec.get("job_id"))),
-                nodes=tuple(expand_nodeset(nodelist)) if nodelist else (),
+                job_id=job_id,
+                nodes=nodes,
                 partition=_text(rec.get("partition")),
                 name=_text(rec.get("name")),
                 comment=_text(rec.get("comment")),
                 state=(_text(state[0]) if isinstance(state, list) and state else _text(state)),
                 reason=_text(rec.get("state_reason")),
-                restarts=int(_number(rec.get("restart_cnt")) or 0),
+                restarts=_number(rec.get("restart_cnt") or 0),
             )
         )
     return out
@@ -114,8 +173,8 @@ def _number(value: Any) -> int:
     if isinstance(value, dict):
         value = value.get("number", 0) if value.get("set", True) else 0
     if isinstance(value, bool) or not isinstance(value, int | float | str):
-        raise SlurmError(f"expected a number in Slurm JSON, got {value!r}")
+        raise SlurmError(f"expected a number in Slurm JSON, got {_line(repr(value), 60)}")
     try:
         return int(value)
-    except ValueError:
-        raise SlurmError(f"expected a number in Slurm JSON, got {value!r}") from None
+    except (ValueError, OverflowError):  # "x", nan, inf, a string of 5,000 digits
+        raise SlurmError(f"expected a number in Slurm JSON, got {_line(repr(value), 60)}") from None

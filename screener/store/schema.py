@@ -44,6 +44,11 @@ EVENT_ACTIONS = (
     "resume_refused",  # the node's current reason is not screener's: left alone
     "guard_trip",  # the mass-drain guard stopped this node's drain (shared cause)
 )
+# Bookkeeping of two-phase drains (0004d), not actions in Slurm (so not exporter counters):
+# the intent, written before scontrol runs; a run killed after it is finished by the next
+# one (hooks.actions.finish_pending) as "drain" when Slurm shows exactly the intended
+# reason, else as "drain_abandoned".
+INTENT_ACTIONS = ("drain_pending", "drain_abandoned")
 JOB_KINDS = ("seq_write", "seq_read", "rand_read")  # the NodeProbe field a job came from
 
 # Deterministic constraint names, so migrations can refer to (and later drop) them by name.
@@ -301,11 +306,12 @@ class EpisodeRecord(Base):
 
 
 class EventRecord(Base):
-    """Something screener did (or refused to do) to a node in Slurm; see EVENT_ACTIONS."""
+    """Something screener did (or refused to do) to a node in Slurm; see EVENT_ACTIONS (and
+    INTENT_ACTIONS: a drain about to be made, or one found not made)."""
 
     __tablename__ = "node_events"
     __table_args__ = (
-        CheckConstraint(_in("action", EVENT_ACTIONS), name="action"),
+        CheckConstraint(_in("action", EVENT_ACTIONS + INTENT_ACTIONS), name="action"),
         Index(None, "node_id", "at"),
     )
 

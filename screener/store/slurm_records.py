@@ -6,11 +6,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from sqlalchemy import insert, or_, select, update
+from sqlalchemy import or_, select, update
 
 from screener.model import Status, Trigger
 from screener.store import convert
 from screener.store.base import aware, ensure_nodes
+from screener.store.drain_intents import DrainIntents, PendingDrain, open_episode_in
 from screener.store.schema import (
     EpisodeRecord,
     EventRecord,
@@ -18,14 +19,12 @@ from screener.store.schema import (
     RunRecord,
     VerdictRecord,
 )
-from screener.store.store import Store
+
+__all__ = ["PendingDrain", "SlurmRecords"]
 
 
-class SlurmRecords:
+class SlurmRecords(DrainIntents):
     """What the prolog, epilog, sweep and `screener resume` need from the results DB."""
-
-    def __init__(self, store: Store) -> None:
-        self.store = store
 
     # ---- episodes ----------------------------------------------------------------------
     def open_episode(
@@ -42,24 +41,7 @@ class SlurmRecords:
         when = aware(at, "at")
         with self.store._write(f"open a slow episode of {name}") as conn:
             node_id = ensure_nodes(conn, [name], when, touch=False)[name]
-            open_id = conn.scalar(
-                select(EpisodeRecord.id).where(
-                    EpisodeRecord.node_id == node_id, EpisodeRecord.ended_at.is_(None)
-                )
-            )
-            if open_id is not None:
-                return False
-            conn.execute(
-                insert(EpisodeRecord).values(
-                    node_id=node_id,
-                    trigger=Trigger(trigger).value,
-                    started_at=when,
-                    start_run_id=run_id,
-                    job_id=job_id,
-                    reason=reason[:500],
-                )
-            )
-            return True
+            return open_episode_in(conn, node_id, trigger, when, reason, run_id, job_id)
 
     def close_episodes(self, nodes: Sequence[str], at: datetime, run_id: int | None) -> list[str]:
         """End the open episode of each of ``nodes`` (they passed); returns the nodes closed."""

@@ -32,6 +32,7 @@ from screener.store.engine import (
 from screener.store.reads import StoreReads
 from screener.store.schema import (
     EVENT_ACTIONS,
+    INTENT_ACTIONS,
     RUN_STATUSES,
     EventRecord,
     FactsRecord,
@@ -153,8 +154,9 @@ class Store(StoreReads):
     ) -> None:
         """Log a drain, resume, or flaky-episode boundary for ``node``."""
         name = convert.node_name(node)
-        if action not in EVENT_ACTIONS:
-            raise StoreError(f"event action must be one of {', '.join(EVENT_ACTIONS)}")
+        if action not in EVENT_ACTIONS + INTENT_ACTIONS:
+            known = ", ".join(EVENT_ACTIONS + INTENT_ACTIONS)
+            raise StoreError(f"event action must be one of {known}")
         when = aware(at, "at")
         with self._write(f"record the {action} event of {name}") as conn:
             if run_id is not None:
