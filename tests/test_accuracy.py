@@ -145,3 +145,24 @@ def test_accuracy_from_the_store_counts_the_miss(db_store: Store) -> None:
     (total,) = summarize(list(jobs.values()), "partition")
     assert (total.jobs, total.screened_jobs, total.misses, total.passed) == (3, 2, 1, 8)
     assert in_job_reads(db_store, T0 + timedelta(minutes=30)) != rows  # window applies
+
+
+def test_fast_path_nodes_count_as_screened_ok(db_store: Store) -> None:
+    """Nodes the prolog let in unprobed (passed within fresh_s) are screened OK for the job:
+    the slow one among them is a miss, not "unscreened"."""
+    from screener.store.jobs import FAST_PATH_RUN
+    from screener.store.slurm_records import SlurmRecords
+
+    _prolog_run(db_store, "600", {"node01": OK, "node02": OK}, T0)
+    passed = {"node03": T0 - timedelta(minutes=20), "node04": T0 - timedelta(minutes=5)}
+    SlurmRecords(db_store).record_fast_path(passed, "600", T0, 3600.0)
+    _ingest(db_store, "600", ["ior-fpp-slowrank-summary.json", "ior-fpp-slowrank-ranks.csv"], T0)
+    rows = in_job_reads(db_store, T0 - timedelta(days=1))
+    verdicts = prolog_verdicts(db_store, ["600"])
+    fast = sorted(v.node for v in verdicts if v.run_id == FAST_PATH_RUN)
+    assert fast == ["node03", "node04"] and all(v.status is OK for v in verdicts)
+    (job,) = compare_all(rows, verdicts)
+    assert job.miss == ("node03",) and job.unscreened == ()
+    assert job.stayed_ok == ("node01", "node02", "node04")
+    events = db_store.node_events("node03")
+    assert [e.action for e in events] == ["fast_path"]

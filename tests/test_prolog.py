@@ -91,6 +91,14 @@ def test_slow_node_drained_job_requeued_onto_healthy_nodes(site: dict[str, Any])
         eps = SlurmRecords(store).episodes(slow)
         assert [(e[0], e[2], e[3]) for e in eps] == [("prolog", None, job_id)]
     assert f"job {job_id}: exit 1 so Slurm requeues it" in log
+    # The requeued attempt's nodes passed in the first attempt: the fast path let them in
+    # unprobed, and said so per node with the job id (for `screener accuracy`).
+    assert "fast path: " in log, log
+    with open_store(site["db"]) as store:
+        fast = {n: [e for e in store.node_events(n) if e.action == "fast_path"] for n in ran}
+        assert any(fast.values()), log  # those of the first allocation; a new one is probed
+        assert all(len(f) <= 1 and all("not probed" in e.reason for e in f) for f in fast.values())
+        assert not [e for e in store.node_events(slow) if e.action == "fast_path"]
 
 
 def test_opted_out_job_is_not_screened(site: dict[str, Any]) -> None:

@@ -128,6 +128,7 @@ def _screen_job(
     records = SlurmRecords(store) if store is not None else None
     skip: list[str] = []
     probe = list(job.nodes)
+    last: dict[str, datetime] = {}
     if records is not None:
         from screener.hooks.actions import finish_pending
 
@@ -138,6 +139,9 @@ def _screen_job(
         skip, probe = fast_path(job.nodes, last, flaky, now, pp.fresh_s)
     if skip:
         log(f"fast path: {fold_nodes(skip)} passed within {pp.fresh_s:g}s, not probed")
+        if records is not None:  # so `accuracy` knows they joined the job screened OK
+            passed = {n: last[n] for n in skip}
+            records.record_fast_path(passed, job.job_id, datetime.now(UTC), pp.fresh_s)
     outcome: list[int] = []
 
     async def after(transport: Transport, result: ScreenResult) -> None:

@@ -21,6 +21,7 @@ from screener.store.base import JOB_ID_MAX, aware, ensure_nodes, new_id
 from screener.store.engine import screener_version, translated
 from screener.store.schema import (
     EpisodeRecord,
+    EventRecord,
     JobIngestRecord,
     JobResultRecord,
     NodeRecord,
@@ -84,9 +85,13 @@ class InJobRow:
     outlier: bool  # an outlier in at least one read iteration
 
 
+FAST_PATH_RUN = 0  # PrologRow.run_id of a fast-path node (no run probed it for this job)
+
+
 @dataclass(frozen=True)
 class PrologRow:
-    """A prolog verdict of a node for a job."""
+    """A prolog verdict of a node for a job (``run_id`` FAST_PATH_RUN: it passed recently
+    and joined the job unprobed, a ``fast_path`` event)."""
 
     job_id: str
     run_id: int
@@ -302,6 +307,18 @@ def prolog_verdicts(store: Store, job_ids: Sequence[str]) -> list[PrologRow]:
                     .where(
                         RunRecord.trigger == Trigger.PROLOG.value,
                         RunRecord.job_id.in_(list(job_ids[chunk : chunk + 500])),
+                    )
+                )
+            )
+        for chunk in range(0, len(job_ids), 500):  # nodes the prolog let in on the fast path
+            out.extend(
+                PrologRow(r.job_id, FAST_PATH_RUN, r.at, r.name, Status.OK)
+                for r in conn.execute(
+                    select(EventRecord.job_id, EventRecord.at, NodeRecord.name)
+                    .join(NodeRecord, NodeRecord.id == EventRecord.node_id)
+                    .where(
+                        EventRecord.action == "fast_path",
+                        EventRecord.job_id.in_(list(job_ids[chunk : chunk + 500])),
                     )
                 )
             )

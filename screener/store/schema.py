@@ -49,6 +49,9 @@ EVENT_ACTIONS = (
 # one (hooks.actions.finish_pending) as "drain" when Slurm shows exactly the intended
 # reason, else as "drain_abandoned".
 INTENT_ACTIONS = ("drain_pending", "drain_abandoned")
+# What the prolog decided without probing (0004f): the node passed within prolog.fresh_s, so
+# it joined the job unprobed. Recorded with the job id, so `accuracy` counts it as screened OK.
+SCREEN_ACTIONS = ("fast_path",)
 JOB_KINDS = ("seq_write", "seq_read", "rand_read")  # the NodeProbe field a job came from
 
 # Deterministic constraint names, so migrations can refer to (and later drop) them by name.
@@ -311,7 +314,9 @@ class EventRecord(Base):
 
     __tablename__ = "node_events"
     __table_args__ = (
-        CheckConstraint(_in("action", EVENT_ACTIONS + INTENT_ACTIONS), name="action"),
+        CheckConstraint(
+            _in("action", EVENT_ACTIONS + INTENT_ACTIONS + SCREEN_ACTIONS), name="action"
+        ),
         Index(None, "node_id", "at"),
     )
 
@@ -322,6 +327,7 @@ class EventRecord(Base):
     reason: Mapped[str]
     run_id: Mapped[int | None] = mapped_column(ForeignKey("runs.id", ondelete="SET NULL"))
     slurm_reason: Mapped[str | None]
+    job_id: Mapped[str | None] = mapped_column(String(64))  # the job it was done for (0004f)
 
 
 # ---- after the job (issue 12): ingested IOR/fio results, see screener/ingest ----------------

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from sqlalchemy import or_, select, update
+from sqlalchemy import insert, or_, select, update
 
 from screener.model import Status, Trigger
 from screener.store import convert
@@ -119,6 +119,31 @@ class SlurmRecords(DrainIntents):
             if r.status == Status.OK.value:
                 out[r.name] = r.started_at
         return out
+
+    def record_fast_path(
+        self, passed: dict[str, datetime], job_id: str, at: datetime, fresh_s: float
+    ) -> None:
+        """One ``fast_path`` event per node the prolog let join ``job_id`` unprobed (it
+        passed at ``passed[node]``), in one transaction: `accuracy` counts them as OK."""
+        if not passed:
+            return
+        when = aware(at, "at")
+        with self.store._write(f"record the fast path of job {job_id}") as conn:
+            ids = ensure_nodes(conn, list(passed), when, touch=False)
+            conn.execute(
+                insert(EventRecord),
+                [
+                    {
+                        "node_id": ids[convert.node_name(n)],
+                        "at": when,
+                        "action": "fast_path",
+                        "reason": f"passed at {aware(t, 'passed').isoformat(timespec='seconds')}"
+                        f" (within prolog.fresh_s = {fresh_s:g} s): not probed",
+                        "job_id": job_id,
+                    }
+                    for n, t in passed.items()
+                ],
+            )
 
     def sweep_passes(self, node: str, limit: int = 100) -> int:
         """Consecutive OK verdicts of ``node`` in sweep runs, newest first."""

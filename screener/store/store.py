@@ -34,6 +34,7 @@ from screener.store.schema import (
     EVENT_ACTIONS,
     INTENT_ACTIONS,
     RUN_STATUSES,
+    SCREEN_ACTIONS,
     EventRecord,
     FactsRecord,
     IostatRecord,
@@ -151,11 +152,12 @@ class Store(StoreReads):
         at: datetime,
         run_id: int | None = None,
         slurm_reason: str | None = None,
+        job_id: str | None = None,
     ) -> None:
         """Log a drain, resume, or flaky-episode boundary for ``node``."""
         name = convert.node_name(node)
-        if action not in EVENT_ACTIONS + INTENT_ACTIONS:
-            known = ", ".join(EVENT_ACTIONS + INTENT_ACTIONS)
+        if action not in EVENT_ACTIONS + INTENT_ACTIONS + SCREEN_ACTIONS:
+            known = ", ".join(EVENT_ACTIONS + INTENT_ACTIONS + SCREEN_ACTIONS)
             raise StoreError(f"event action must be one of {known}")
         when = aware(at, "at")
         with self._write(f"record the {action} event of {name}") as conn:
@@ -170,5 +172,6 @@ class Store(StoreReads):
                     reason=reason,
                     run_id=run_id,
                     slurm_reason=slurm_reason,
+                    job_id=job_id,
                 )
             )
