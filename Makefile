@@ -49,7 +49,7 @@ typecheck: venv
 	$(VENV)/bin/mypy  # screener/ and deploy/, strict (pyproject.toml)
 
 test: deps postgres lint typecheck
-	$(PY) -m pytest -ra
+	$(PY) -m pytest -ra --durations=30
 
 unit: venv
 	$(PY) -m pytest -ra -m "not cluster and not postgres"

@@ -188,7 +188,11 @@ def test_node_slowed_after_the_real_prolog_is_ingested_drained_and_a_miss(
     assert all("DRAIN" not in sinfo_nodes(cluster)[n]["state_flags"] for n in nodes if n != slow)
     with open_store(f"sqlite:///{db}") as store:
         events = store.node_events(slow)
-        assert [(e.action, e.slurm_reason) for e in events] == [("drain", reason)]
+        # two-phase: the intent before scontrol, the drain after, both with the exact reason
+        assert [(e.action, e.slurm_reason) for e in events] == [
+            ("drain", reason),
+            ("drain_pending", reason),
+        ]
 
     cluster.heal(slow)
     resumed = run_screener(cluster, config, "resume", slow)
