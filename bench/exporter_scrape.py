@@ -5,12 +5,13 @@
 
 Seeds a scratch database (created here, dropped at the end; never the `test` database the
 tests use) with bench/fleet_scale.py's synthetic fleet through screener's own write path,
-then serves it with the real exporter (`metrics.serve`, a loopback port) and times HTTP GETs
-of /metrics sent the way Prometheus sends them (its Accept and Accept-Encoding headers),
-body read and decompressed. The first scrape is reported apart: it also adds up the
-probe-duration histogram over every stored probe (later scrapes read only new probes).
-Also timed in-process: the node query alone, ``exposition.render`` and prometheus_client's
-own ``generate_latest`` of the same registry (what the exporter used before).
+then serves it with the real exporter (`screener exporter --listen`, its own process, a
+loopback port) and times HTTP GETs of /metrics sent the way Prometheus sends them (its
+Accept and Accept-Encoding headers) until the whole body has arrived. The first scrape is
+reported apart: it also adds up the probe-duration histogram over every stored probe
+(later scrapes read only new probes). Also timed in this process: the exporter's node
+query alone, ``exposition.render``, gzip, and prometheus_client's own ``generate_latest``
+of the same registry (what the exporter used before).
 Writes bench/results/exporter_scrape.json.
 """
 
@@ -23,8 +24,8 @@ import os
 import platform
 import socket
 import statistics
+import subprocess
 import sys
-import threading
 import time
 import urllib.request
 from datetime import UTC, datetime
@@ -47,7 +48,7 @@ from bench.fleet_scale import (  # noqa: E402
     add_episodes,
     ingest_screener,
 )
-from screener.metrics import StoreCollector, serve  # noqa: E402
+from screener.metrics import StoreCollector  # noqa: E402
 from screener.metrics.exposition import render  # noqa: E402
 from screener.store import open_store, views  # noqa: E402
 
@@ -75,13 +76,13 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def scrape(url: str) -> tuple[float, bytes, int]:
-    """One GET as Prometheus does it: (seconds, body, bytes on the wire)."""
+def scrape(url: str) -> tuple[float, bytes]:
+    """One GET as Prometheus sends it: (seconds until the whole body arrived, body as sent).
+    Decompressing is left out of the time: Prometheus does that in its own process."""
     t = time.perf_counter()
     with urllib.request.urlopen(urllib.request.Request(url, headers=PROM_HEADERS)) as resp:
         wire = resp.read()
-        body = gzip.decompress(wire) if resp.headers.get("Content-Encoding") == "gzip" else wire
-    return time.perf_counter() - t, body, len(wire)
+    return time.perf_counter() - t, wire
 
 
 def stats_ms(xs: list[float]) -> dict[str, float]:
@@ -103,44 +104,64 @@ def timed(fn: Any, repeat: int) -> list[float]:
     return out
 
 
+def serve_and_scrape(url: str, repeat: int, reuse_s: float) -> tuple[float, list[float], bytes]:
+    """Run `screener exporter --reuse-seconds REUSE_S` on the store at ``url`` (its own
+    process, as deployed) and scrape it: (first scrape, the next ``repeat``, last body)."""
+    listen = f"127.0.0.1:{free_port()}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SCREENER_")}
+    env["SCREENER_DATABASE_URL"] = url
+    argv = [sys.executable, "-m", "screener.cli", "exporter", "--listen", listen]
+    exporter = subprocess.Popen(
+        [*argv, "--reuse-seconds", str(reuse_s)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+    )
+    metrics_url = f"http://{listen}/metrics"
+    try:
+        deadline = time.monotonic() + 60
+        while True:  # the first scrape also adds up the histogram over every stored probe
+            try:
+                first, wire = scrape(metrics_url)
+                break
+            except OSError:
+                if time.monotonic() > deadline or exporter.poll() is not None:
+                    raise SystemExit("exporter did not answer") from None
+                time.sleep(0.1)
+        times = [scrape(metrics_url)[0] for _ in range(repeat)]
+        wire = scrape(metrics_url)[1]
+    finally:
+        exporter.terminate()
+        exporter.wait(timeout=30)
+    return first, times, wire
+
+
 def measure(url: str, repeat: int) -> dict[str, Any]:
-    """Serve the store at ``url`` and time the scrapes."""
+    """HTTP scrapes with the figures read at every scrape (what a scrape costs after a
+    verdict, node or drain was added) and reused (the fleet unchanged since the last
+    scrape, the usual case between sweeps); then the parts, timed in this process."""
     out: dict[str, Any] = {}
-    with open_store(url) as store:
+    first, times, wire = serve_and_scrape(url, repeat, 0.0)
+    out["scrape_http_first_ms"] = first * 1e3
+    out["scrape_http_ms"] = stats_ms(times)  # the headline: the store read at every scrape
+    _, reused, _ = serve_and_scrape(url, repeat, 60.0)
+    out["scrape_http_unchanged_ms"] = stats_ms(reused)
+    body = gzip.decompress(wire)
+    fams = {f.name: f for f in text_string_to_metric_families(body.decode())}
+    out["body_bytes"] = len(body)
+    out["wire_bytes_gzip"] = len(wire)
+    out["samples"] = sum(len(f.samples) for f in fams.values())
+    out["series_per_node_family"] = {n: len(fams[n].samples) for n in PER_NODE}
+    with open_store(url) as store:  # the parts, in this process
         registry = CollectorRegistry()
-        registry.register(StoreCollector(store))
-        stop = threading.Event()
-        listen = f"127.0.0.1:{free_port()}"
-        server = threading.Thread(target=serve, args=(registry, listen, stop), daemon=True)
-        server.start()
-        metrics_url = f"http://{listen}/metrics"
-        try:
-            for _ in range(100):  # the server thread binds the port
-                try:
-                    first, body, wire = scrape(metrics_url)
-                    break
-                except OSError:
-                    time.sleep(0.05)
-            else:
-                raise SystemExit("exporter did not answer")
-            times = []
-            for _ in range(repeat):
-                t, body, wire = scrape(metrics_url)
-                times.append(t)
-        finally:
-            stop.set()
-            server.join(timeout=10)
-        fams = {f.name: f for f in text_string_to_metric_families(body.decode())}
-        series = {n: len(fams[n.removesuffix("_total")].samples) for n in PER_NODE}
-        out["scrape_http_first_ms"] = first * 1e3
-        out["scrape_http_ms"] = stats_ms(times)
-        out["body_bytes"] = len(body)
-        out["wire_bytes_gzip"] = wire
-        out["samples"] = sum(len(f.samples) for f in fams.values())
-        out["series_per_node_family"] = series
-        now = datetime.now(UTC)
-        out["node_query_ms"] = stats_ms(timed(lambda: views.node_overview(store, now), 5))
+        registry.register(StoreCollector(store, reuse_s=0.0))
+        render(registry)  # histogram caught up
+        reusing = CollectorRegistry()
+        reusing.register(StoreCollector(store, reuse_s=60.0))
+        render(reusing)
+        out["node_columns_query_ms"] = stats_ms(timed(lambda: views.node_columns(store), 5))
         out["render_ms"] = stats_ms(timed(lambda: render(registry), 5))
+        out["render_unchanged_ms"] = stats_ms(timed(lambda: render(reusing), 5))
+        out["gzip_level1_ms"] = stats_ms(timed(lambda: gzip.compress(body, compresslevel=1), 5))
         out["prometheus_client_generate_latest_ms"] = stats_ms(
             timed(lambda: generate_latest(registry), 3)
         )

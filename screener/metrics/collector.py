@@ -1,17 +1,21 @@
 """A prometheus_client custom collector that reads the store at scrape time.
 
-Nothing is cached between scrapes except the probe-duration histogram, which is added up
-incrementally (probes with a higher id than the last scrape saw), so a scrape never rescans
-the whole probe table. Names follow Prometheus conventions: ``screener_`` prefix, base
-units (bytes per second, seconds), ``_total`` counters. A store failure does not fail the
-scrape: ``screener_store_up`` goes to 0 and the store's metrics are left out.
+Two things are kept between scrapes: the probe-duration histogram, added up incrementally
+(probes with a higher id than the last scrape saw), so a scrape never rescans the whole
+probe table; and the per-node figures while no node, verdict or drain/resume was added
+(StoreCollector below), so an unchanged fleet is not re-read and re-rendered every scrape.
+Probe ages are computed at every scrape. Names follow Prometheus conventions: ``screener_``
+prefix, base units (bytes per second, seconds), ``_total`` counters. A store failure does
+not fail the scrape: ``screener_store_up`` goes to 0 and the store's metrics are left out.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from prometheus_client.core import (
@@ -71,14 +75,36 @@ class _Histogram:
             self.sum += total
 
 
+@dataclass(frozen=True)
+class _NodeFamilies:
+    """The per-node families of one read of the store, and what the age is computed from."""
+
+    marks: tuple[int, int, int]  # views.change_marks when they were read
+    read_at: float  # time.monotonic()
+    names: Sequence[str]
+    texts: Sequence[str]  # rendered node label of each name
+    last_probe_at: Sequence[datetime | None]
+    families: list[Metric]  # every per-node family but the age
+
+
 class StoreCollector(Collector):
     """Yields screener's metrics from ``store`` on every ``collect()`` (register it yourself:
-    ``registry.register(StoreCollector(store))``). ``clock`` gives "now" for probe ages."""
+    ``registry.register(StoreCollector(store))``). ``clock`` gives "now" for probe ages.
 
-    def __init__(self, store: Store, clock: Callable[[], datetime] | None = None) -> None:
+    The per-node figures are read again when a node, verdict or drain/resume event has been
+    added since the last read (``views.change_marks``: one query of three primary-key
+    lookups per scrape) or the last read is ``reuse_s`` seconds old (0: every scrape); the
+    probe age is computed from the stored start time at every scrape, so it is never stale.
+    """
+
+    def __init__(
+        self, store: Store, clock: Callable[[], datetime] | None = None, reuse_s: float = 60.0
+    ) -> None:
         self.store = store
         self.clock = clock or (lambda: datetime.now(UTC))
+        self.reuse_s = reuse_s
         self.histogram = _Histogram()
+        self._nodes: _NodeFamilies | None = None
 
     def describe(self) -> Iterable[Metric]:
         return []  # no pre-registration checks: collect() talks to the database
@@ -96,8 +122,7 @@ class StoreCollector(Collector):
         )
 
     def _store_metrics(self) -> Iterator[Metric]:
-        nodes = views.node_columns(self.store, self.clock())
-        yield from _node_metrics(nodes)
+        yield from self._node_families()
         runs, events = views.counters(self.store)
         c = CounterMetricFamily(
             "screener_runs", "Screening runs by trigger and status.", labels=["trigger", "status"]
@@ -118,6 +143,31 @@ class StoreCollector(Collector):
             sum_value=h.sum,
         )
 
+    def _node_families(self) -> list[Metric]:
+        """The per-node families: reused or read again (see the class), age always now."""
+        now = self.clock()
+        marks = views.change_marks(self.store)
+        nodes = self._nodes
+        if (
+            nodes is None
+            or nodes.marks != marks
+            or time.monotonic() - nodes.read_at >= self.reuse_s
+        ):
+            read_at = time.monotonic()
+            columns = views.node_columns(self.store)
+            texts = [f'node="{label_value(n)}"' for n in columns.node]
+            nodes = _NodeFamilies(
+                marks,
+                read_at,
+                columns.node,
+                texts,
+                columns.last_probe_at,
+                _node_metrics(columns, texts),
+            )
+            self._nodes = nodes  # one assignment: a concurrent scrape sees old or new
+        ages = [None if t is None else (now - t).total_seconds() for t in nodes.last_probe_at]
+        return [*nodes.families, _gauge(*NODE_AGE, nodes.names, nodes.texts, ages)]
+
 
 # Per-node gauges: (name, help) in the order they are exported.
 NODE_GAUGES = {
@@ -137,20 +187,19 @@ NODE_GAUGES = {
         "screener_node_read_latency_p99_seconds",
         "99th percentile read completion latency in the node's latest verdict.",
     ),
-    "age": (
-        "screener_node_last_probe_age_seconds",
-        "Seconds since the run of the node's latest verdict started.",
-    ),
 }
+NODE_AGE = (
+    "screener_node_last_probe_age_seconds",
+    "Seconds since the run of the node's latest verdict started.",
+)
 
 
-def _node_metrics(nodes: views.NodeColumns) -> list[Metric]:
-    """Per-node gauges from the latest verdict of each node. 10,000 nodes make 70,000
-    series: each family is a few column comprehensions, rendered in one pass (ColumnGauge,
-    see exposition.py), which keeps a scrape within its 250 ms budget."""
+def _node_metrics(nodes: views.NodeColumns, texts: Sequence[str]) -> list[Metric]:
+    """Per-node gauges from the latest verdict of each node, all but the age (``texts``:
+    each node's rendered label). 10,000 nodes make 70,000 series: each family is a few
+    column comprehensions, rendered in one pass (ColumnGauge, see exposition.py)."""
     names = nodes.node
-    texts = [f'node="{label_value(n)}"' for n in names]
-    read, write, ratio, p99, age = (
+    read, write, ratio, p99 = (
         _gauge(name, doc, names, texts, column)
         for (name, doc), column in zip(
             NODE_GAUGES.values(),
@@ -159,7 +208,6 @@ def _node_metrics(nodes: views.NodeColumns) -> list[Metric]:
                 [None if v is None else v * MB for v in nodes.write_mb_s],
                 nodes.ratio,
                 [None if v is None else v / 1000.0 for v in nodes.read_p99_ms],  # seconds
-                nodes.age_s,
             ),
             strict=True,
         )
@@ -180,7 +228,7 @@ def _node_metrics(nodes: views.NodeColumns) -> list[Metric]:
         texts,
         [1.0 if d else 0.0 for d in nodes.drained_by_screener],
     )
-    return [read, write, ratio, p99, verdict, drained, age]
+    return [read, write, ratio, p99, verdict, drained]
 
 
 def _gauge(

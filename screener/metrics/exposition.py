@@ -62,6 +62,7 @@ class ColumnGauge(Metric):
         self.labels = labels
         self.texts = texts
         self.values = values
+        self._text: str | None = None  # rendered once: the columns are not changed afterwards
         super().__init__(name, documentation, "gauge")
 
     @property  # computed from the columns when prometheus_client reads it
@@ -78,7 +79,13 @@ class ColumnGauge(Metric):
             raise ValueError("a ColumnGauge's series are its columns")
 
     def text(self) -> str:
-        """The family in the text format: HELP, TYPE and one line per series."""
+        """The family in the text format: HELP, TYPE and one line per series (rendered on
+        the first call; the collector reuses unchanged families from scrape to scrape)."""
+        if self._text is None:
+            self._text = self._render()
+        return self._text
+
+    def _render(self) -> str:
         name = self.name
         doc = self.documentation.replace("\\", r"\\").replace("\n", r"\n")
         head = f"# HELP {name} {doc}\n# TYPE {name} gauge\n"

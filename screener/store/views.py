@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
-from sqlalchemy import Connection, select, true
+from sqlalchemy import Connection, func, select, true
 from sqlalchemy.orm import aliased
 
 from screener.errors import StoreError
@@ -33,6 +33,7 @@ __all__ = [
     "NodeColumns",
     "SlurmStates",
     "aware",
+    "change_marks",
     "counters",
     "flaky",
     "latest_verdicts",
@@ -208,7 +209,7 @@ def node_overview(store: Store, now: datetime, slurm: SlurmStates | None = None)
 @dataclass(frozen=True)
 class NodeColumns:
     """Every node's series in the exporter, as columns (index i is one node, by name): its
-    latest verdict's figures as stored (MB/s, ms), the age of that verdict's run, and
+    latest verdict's figures as stored (MB/s, ms), when that verdict's run started, and
     whether screener holds it drained. None: no verdict (or no such figure) yet."""
 
     node: Sequence[str]
@@ -217,33 +218,40 @@ class NodeColumns:
     write_mb_s: Sequence[float | None]
     ratio: Sequence[float | None]
     read_p99_ms: Sequence[float | None]
-    age_s: Sequence[float | None]
+    last_probe_at: Sequence[datetime | None]
     drained_by_screener: Sequence[bool]
 
 
 _FIGURES = ("status", "read_mb_s", "write_mb_s", "ratio", "read_p99_ms", "started_at")
 
 
-def node_columns(store: Store, now: datetime) -> NodeColumns:
+def node_columns(store: Store) -> NodeColumns:
     """What the exporter needs of every node, in one query: the same latest verdict and
     drain state as ``node_overview``, only the columns it exports, transposed to columns
     (a scrape of 10,000 nodes spends its time here and in rendering, docs/performance.md)."""
-    now = aware(now, "now")
     with read_only(store.engine, "read the nodes' latest figures") as conn:
         rows = _latest_rows(conn, _FIGURES, ("action",))
     if not rows:
         return NodeColumns((), (), (), (), (), (), (), ())
     node, status, read, write, ratio, p99, started, action = zip(*rows, strict=True)
     return NodeColumns(
-        node,
-        status,
-        read,
-        write,
-        ratio,
-        p99,
-        [None if s is None else (now - s).total_seconds() for s in started],
-        [a == "drain" for a in action],
+        node, status, read, write, ratio, p99, started, [a == "drain" for a in action]
     )
+
+
+def change_marks(store: Store) -> tuple[int, int, int]:
+    """The highest node, verdict and node-event ids (three primary-key lookups): while they
+    stay the same, no node, verdict or drain/resume has been added, so ``node_columns``
+    would return the same (the store only inserts these rows; it never updates them)."""
+    with read_only(store.engine, "read the newest ids") as conn:
+        row = conn.execute(
+            select(
+                select(func.max(NodeRecord.id)).scalar_subquery(),
+                select(func.max(VerdictRecord.id)).scalar_subquery(),
+                select(func.max(EventRecord.id)).scalar_subquery(),
+            )
+        ).one()
+    return int(row[0] or 0), int(row[1] or 0), int(row[2] or 0)
 
 
 def node_history(store: Store, node: str, since: datetime) -> list[NodeHistoryRow]:
