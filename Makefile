@@ -66,6 +66,7 @@ bench: deps
 bench-fleet: deps postgres
 	$(PY) bench/fleet_scale.py --nodes $(or $(NODES),10000) --days $(or $(DAYS),365)
 	$(PY) bench/fleet_scale.py --backend sqlite --nodes 1000 --days $(or $(DAYS),365)
+	$(PY) bench/exporter_scrape.py --nodes $(or $(NODES),10000)
 
 cluster-down:
 	$(PY) -m deploy.minicluster down

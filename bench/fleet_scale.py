@@ -11,8 +11,9 @@ streaks open and close episodes with drain/resume events. Not stored: raw fio/io
 and iostat samples (their size is reported separately from a real probe). PostgreSQL: two
 fresh databases on the server, one filled by raw COPY (the baseline, rows prepared before
 the clock starts) and one by screener's own path (Store.start_run + bulk.record_round +
-Store.record_verdicts, conversion from model objects inside the clock); queries run on the
-latter. Writes bench/results/fleet_scale_<backend>.json.
+Store.record_verdicts, conversion from model objects inside the clock), night by night in
+turn (order alternating), so both see the same load on a shared machine; queries run on
+the latter. Writes bench/results/fleet_scale_<backend>.json.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from prometheus_client import CollectorRegistry, generate_latest  # noqa: E402
+from prometheus_client import CollectorRegistry  # noqa: E402
 from rich.console import Console  # noqa: E402
 from sqlalchemy import create_engine, insert, select, text  # noqa: E402
 from sqlalchemy.engine import make_url  # noqa: E402
@@ -45,6 +46,7 @@ from sqlalchemy.engine import make_url  # noqa: E402
 from screener import report  # noqa: E402
 from screener.cli import admin  # noqa: E402
 from screener.metrics import StoreCollector  # noqa: E402
+from screener.metrics.exposition import render  # noqa: E402
 from screener.model import (  # noqa: E402
     FioJobResult,
     NodeFacts,
@@ -62,6 +64,7 @@ from screener.store.schema import EpisodeRecord, EventRecord, NodeRecord  # noqa
 PG_ADMIN = os.environ.get("SCREENER_BENCH_PG_URL", "postgresql+psycopg://postgres@127.0.0.1/test")
 RESULTS = ROOT / "bench" / "results"
 SLOW_START_P = 0.004  # chance per node and night that a slow streak starts
+LOADS: list[float] = []  # 1-minute load average after each night
 
 
 @dataclass
@@ -179,83 +182,109 @@ def _new_pg_db(tag: str) -> tuple[str, str]:
 Nights = list[tuple[datetime, list[Verdict]]]
 
 
-def ingest_screener(store: Store, fleet: Fleet) -> tuple[int, float, Nights]:
-    """Screener's own write path; returns (rows, seconds inside the clock, verdicts by night)."""
-    rows, elapsed = 0, 0.0
-    nights: Nights = []
-    for at, probes, verdicts in fleet.nights():
-        t = time.perf_counter()
-        run = store.start_run(Trigger.SWEEP, fleet.names(), {}, None, "cn[...]", at)
-        bulk.record_round(store, run, probes)
-        bulk.record_verdicts(store, run, RunSummary(tuple(verdicts), peer_read_median_mb_s=3000.0))
-        store.finish_run(run, at + timedelta(minutes=3))
-        elapsed += time.perf_counter() - t
-        rows += len(probes) * 6 + 1  # probe, 3 jobs, facts, verdict; + the run
-        nights.append((at, verdicts))
-    return rows, elapsed, nights
+def screener_night(
+    store: Store, names: list[str], at: datetime, probes: list[NodeProbe], verdicts: list[Verdict]
+) -> tuple[int, float]:
+    """One night by screener's own write path: (rows, seconds inside the clock)."""
+    t = time.perf_counter()
+    run = store.start_run(Trigger.SWEEP, names, {}, None, "cn[...]", at)
+    bulk.record_round(store, run, probes)
+    bulk.record_verdicts(store, run, RunSummary(tuple(verdicts), peer_read_median_mb_s=3000.0))
+    store.finish_run(run, at + timedelta(minutes=3))
+    return len(probes) * 6 + 1, time.perf_counter() - t  # probe, 3 jobs, facts, verdict; run
 
 
-def ingest_copy(url: str, fleet: Fleet) -> tuple[int, float]:
-    """Raw psycopg COPY of the same rows (prepared outside the clock), same schema."""
-    import psycopg
+class CopyBaseline:
+    """Raw psycopg COPY of the same rows into its own database (same schema), rows
+    prepared outside the clock."""
 
-    dsn = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
-    rows, elapsed = 0, 0.0
-    names = fleet.names()
-    with psycopg.connect(dsn) as conn:
-        with conn.cursor() as cur:
-            node_ids = {}
+    def __init__(self, url: str, names: list[str]) -> None:
+        import psycopg
+
+        dsn = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+        self.conn = psycopg.connect(dsn)
+        self.pid = 0
+        self.node_ids = {}
+        with self.conn.cursor() as cur:
             for n in names:
                 cur.execute(
                     "INSERT INTO nodes (name, first_seen, last_seen) VALUES (%s, now(), now())"
                     " RETURNING id",
                     (n,),
                 )
-                node_ids[n] = cur.fetchone()[0]  # type: ignore[index]
+                self.node_ids[n] = cur.fetchone()[0]  # type: ignore[index]
+        self.conn.commit()
+
+    def night(
+        self, at: datetime, probes: list[NodeProbe], verdicts: list[Verdict]
+    ) -> tuple[int, float]:
+        conn = self.conn
+        with conn.cursor() as cur:
+            cur.execute(
+                "INSERT INTO runs (trigger, nodeset, node_count, policy, started_at, status,"
+                " shared_cause, shared_cause_reason, screener_version) VALUES"
+                " ('sweep', 'cn[...]', %s, '{}', %s, 'done', false, '', 'bench') RETURNING id",
+                (len(probes), at),
+            )
+            run = cur.fetchone()[0]  # type: ignore[index]
+        tables: dict[str, list[dict[str, Any]]] = {
+            "node_probes": [],
+            "probe_jobs": [],
+            "node_facts": [],
+            "verdicts": [],
+        }
+        for p, v in zip(probes, verdicts, strict=True):
+            self.pid += 1
+            pid, nid = self.pid, self.node_ids[p.node]
+            tables["node_probes"].append(
+                {"id": pid, "run_id": run, "node_id": nid, "round": 1, **convert.probe_row(p)}
+            )
+            tables["probe_jobs"] += [{"node_probe_id": pid, **r} for r in convert.job_rows(p)]
+            facts = convert.facts_row(p.facts) if p.facts else {}
+            tables["node_facts"].append({"node_probe_id": pid, **facts})
+            vr = convert.verdict_row(v)
+            vr["signals"] = json.dumps(vr["signals"])
+            tables["verdicts"].append({"run_id": run, "node_id": nid, "started_at": at, **vr})
+        for f in tables["node_facts"]:
+            for k in ("md_arrays", "md_degraded", "md_rebuilding"):
+                f[k] = None if f[k] is None else json.dumps(f[k])
+        rows = 1
+        t = time.perf_counter()
+        with conn.cursor() as cur:
+            for table, trows in tables.items():
+                cols = list(trows[0])
+                with cur.copy(f"COPY {table} ({', '.join(cols)}) FROM STDIN") as copy:
+                    for r in trows:
+                        copy.write_row([r[c] for c in cols])
+                rows += len(trows)
         conn.commit()
-        pid = 0
-        for at, probes, verdicts in fleet.nights():
-            with conn.cursor() as cur:
-                cur.execute(
-                    "INSERT INTO runs (trigger, nodeset, node_count, policy, started_at, status,"
-                    " shared_cause, shared_cause_reason, screener_version) VALUES"
-                    " ('sweep', 'cn[...]', %s, '{}', %s, 'done', false, '', 'bench') RETURNING id",
-                    (len(names), at),
-                )
-                run = cur.fetchone()[0]  # type: ignore[index]
-            tables: dict[str, list[dict[str, Any]]] = {
-                "node_probes": [],
-                "probe_jobs": [],
-                "node_facts": [],
-                "verdicts": [],
-            }
-            for p, v in zip(probes, verdicts, strict=True):
-                pid += 1
-                nid = node_ids[p.node]
-                tables["node_probes"].append(
-                    {"id": pid, "run_id": run, "node_id": nid, "round": 1, **convert.probe_row(p)}
-                )
-                tables["probe_jobs"] += [{"node_probe_id": pid, **r} for r in convert.job_rows(p)]
-                facts = convert.facts_row(p.facts) if p.facts else {}
-                tables["node_facts"].append({"node_probe_id": pid, **facts})
-                vr = convert.verdict_row(v)
-                vr["signals"] = json.dumps(vr["signals"])
-                tables["verdicts"].append({"run_id": run, "node_id": nid, "started_at": at, **vr})
-            for f in tables["node_facts"]:
-                for k in ("md_arrays", "md_degraded", "md_rebuilding"):
-                    f[k] = None if f[k] is None else json.dumps(f[k])
-            t = time.perf_counter()
-            with conn.cursor() as cur:
-                for table, trows in tables.items():
-                    cols = list(trows[0])
-                    with cur.copy(f"COPY {table} ({', '.join(cols)}) FROM STDIN") as copy:
-                        for r in trows:
-                            copy.write_row([r[c] for c in cols])
-                    rows += len(trows)
-            conn.commit()
-            elapsed += time.perf_counter() - t
-            rows += 1
-    return rows, elapsed
+        return rows, time.perf_counter() - t
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+def ingest(
+    store: Store, fleet: Fleet, baseline: CopyBaseline | None
+) -> tuple[list[float], list[float], int, Nights]:
+    """Every night into both databases, alternating which goes first, so both paths see the
+    same load on a shared machine: (screener seconds, COPY seconds, rows per path, nights)."""
+    names = fleet.names()
+    ours: list[float] = []
+    theirs: list[float] = []
+    rows = 0
+    nights: Nights = []
+    for d, (at, probes, verdicts) in enumerate(fleet.nights()):
+        if baseline is not None and d % 2 == 1:
+            theirs.append(baseline.night(at, probes, verdicts)[1])
+        n, secs = screener_night(store, names, at, probes, verdicts)
+        ours.append(secs)
+        rows += n
+        if baseline is not None and d % 2 == 0:
+            theirs.append(baseline.night(at, probes, verdicts)[1])
+        nights.append((at, verdicts))
+        LOADS.append(os.getloadavg()[0])
+    return ours, theirs, rows, nights
 
 
 def add_episodes(store: Store, nights: Nights) -> int:
@@ -323,11 +352,16 @@ def queries(store: Store, fleet: Fleet) -> dict[str, Any]:
     hist = timed(lambda: views.node_history(store, next(it), now - timedelta(days=30)), 200)
     hist_year = timed(lambda: views.node_history(store, next(it), now - timedelta(days=366)), 100)
     flaky = timed(lambda: views.flaky(store, now - timedelta(days=30), 2), 5)
-    registry = CollectorRegistry()
-    registry.register(StoreCollector(store, clock=lambda: now))
-    first = timed(lambda: generate_latest(registry), 1)
-    scrape = timed(lambda: generate_latest(registry), 5)
-    size = len(generate_latest(registry))
+    # what the exporter serves (bench/exporter_scrape.py times it over HTTP): the figures
+    # read at every scrape (as after a change), and reused while the fleet is unchanged
+    registry, reusing = CollectorRegistry(), CollectorRegistry()
+    registry.register(StoreCollector(store, clock=lambda: now, reuse_s=0.0))
+    reusing.register(StoreCollector(store, clock=lambda: now, reuse_s=60.0))
+    first = timed(lambda: render(registry), 1)
+    scrape = timed(lambda: render(registry), 9)
+    render(reusing)
+    unchanged = timed(lambda: render(reusing), 9)
+    size = len(render(registry))
     nodes_q = timed(lambda: views.node_overview(store, now), 3)
 
     def nodes_table() -> None:  # what `screener nodes` prints: summary + nodes needing a look
@@ -349,12 +383,42 @@ def queries(store: Store, fleet: Fleet) -> dict[str, Any]:
         "flaky_30d_ms": {"median": statistics.median(flaky) * 1e3, "max": max(flaky) * 1e3},
         "flaky_rows": len(views.flaky(store, now - timedelta(days=30), 2)),
         "scrape_first_ms": first[0] * 1e3,
-        "scrape_ms": {"median": statistics.median(scrape) * 1e3, "max": max(scrape) * 1e3},
+        "scrape_ms": {
+            "median": statistics.median(scrape) * 1e3,
+            "p95": p95(scrape) * 1e3,
+            "max": max(scrape) * 1e3,
+        },
+        "scrape_unchanged_ms": {
+            "median": statistics.median(unchanged) * 1e3,
+            "p95": p95(unchanged) * 1e3,
+        },
         "scrape_bytes": size,
         "nodes_query_ms": statistics.median(nodes_q) * 1e3,
         "nodes_table_ms": statistics.median(timed(nodes_table, 3)) * 1e3,
         "nodes_json_ms": statistics.median(timed(nodes_json, 3)) * 1e3,
     }
+
+
+def requery(db: str, fleet: Fleet) -> int:
+    """The queries again on a kept database (e.g. after a change to them): the ingest and
+    COPY figures of the results file stay those of the run that filled it."""
+    dest = RESULTS / "fleet_scale_postgres.json"
+    out = json.loads(dest.read_text())
+    if (out["nodes"], out["days"]) != (fleet.nodes, fleet.days):
+        raise SystemExit(f"{dest.name} is of {out['nodes']} x {out['days']}, not this fleet")
+    url = make_url(PG_ADMIN).set(database=db).render_as_string(hide_password=False)
+    with open_store(url) as store:
+        with store.engine.connect() as conn:
+            newest = conn.scalar(text("SELECT max(started_at) FROM runs"))
+        # the fleet's "now" was about a day after its last night (within the hour)
+        fleet.start = newest + timedelta(days=1)
+        out["queries"] = queries(store, fleet)
+    out["queries_when"] = datetime.now(UTC).isoformat(timespec="seconds")
+    out["queries_load_avg"] = os.getloadavg()
+    print(json.dumps(out["queries"], indent=2))
+    dest.write_text(json.dumps(out, indent=2) + "\n")
+    print(f"wrote {dest.relative_to(ROOT)}")
+    return 0
 
 
 def main() -> int:
@@ -364,7 +428,15 @@ def main() -> int:
     ap.add_argument("--days", type=int, default=365)
     ap.add_argument("--keep", action="store_true", help="keep the databases for a look")
     ap.add_argument("--no-copy", action="store_true", help="skip the COPY baseline")
+    ap.add_argument(
+        "--requery",
+        metavar="DB",
+        help="PostgreSQL: run the queries again on a database kept by --keep (same --nodes and"
+        " --days) and replace the queries of bench/results/fleet_scale_postgres.json",
+    )
     args = ap.parse_args()
+    if args.requery:
+        return requery(args.requery, Fleet(args.nodes or 10_000, args.days))
     nodes = args.nodes or (10_000 if args.backend == "postgres" else 1_000)
     fleet = Fleet(nodes, args.days)
     out: dict[str, Any] = {
@@ -383,10 +455,42 @@ def main() -> int:
             path = Path(f"/tmp/screener_bench_{secrets.token_hex(3)}.db")
             url = f"sqlite:///{path}"
             upgrade(url)
+        baseline = None
+        if args.backend == "postgres" and not args.no_copy:
+            cname, curl = _new_pg_db("copy")
+            made.append(cname)
+            baseline = CopyBaseline(curl, fleet.names())
         with open_store(url) as store:
-            rows, secs, nights = ingest_screener(store, fleet)
+            try:
+                ours, theirs, rows, nights = ingest(store, fleet, baseline)
+            finally:
+                if baseline is not None:
+                    baseline.close()
+            secs = sum(ours)
+            out["load_avg_1m_during_ingest"] = {
+                "min": min(LOADS),
+                "median": statistics.median(LOADS),
+                "max": max(LOADS),
+            }
             out["ingest"] = {"rows": rows, "seconds": secs, "rows_per_s": rows / secs}
             print(f"screener ingest: {rows:,} rows in {secs:.1f} s = {rows / secs:,.0f} rows/s")
+            if theirs:
+                csecs = sum(theirs)
+                out["copy"] = {"rows": rows, "seconds": csecs, "rows_per_s": rows / csecs}
+                out["ingest_vs_copy"] = csecs / secs
+                out["method"] = (
+                    "nights interleaved: each night into both databases, order alternating"
+                )
+                per_night = sorted(c / s for s, c in zip(ours, theirs, strict=True))
+                out["ingest_vs_copy_per_night"] = {
+                    "median": statistics.median(per_night),
+                    "p10": per_night[len(per_night) // 10],
+                    "p90": per_night[len(per_night) * 9 // 10],
+                }
+                print(
+                    f"raw COPY: {rows:,} rows in {csecs:.1f} s = {rows / csecs:,.0f} rows/s; "
+                    f"screener/COPY = {out['ingest_vs_copy']:.2f}"
+                )
             out["episodes_and_events"] = add_episodes(store, nights)
             del nights
             with store.engine.begin() as conn:
@@ -405,18 +509,9 @@ def main() -> int:
                 f"database: {out['db_bytes'] / 2**20:,.0f} MiB, "
                 f"{out['bytes_per_node_year'] / 2**20:.2f} MiB per node-year"
             )
+            out["load_avg_before_queries"] = os.getloadavg()
             out["queries"] = queries(store, fleet)
             print(json.dumps(out["queries"], indent=2))
-        if args.backend == "postgres" and not args.no_copy:
-            cname, curl = _new_pg_db("copy")
-            made.append(cname)
-            crows, csecs = ingest_copy(curl, fleet)
-            out["copy"] = {"rows": crows, "seconds": csecs, "rows_per_s": crows / csecs}
-            out["ingest_vs_copy"] = out["ingest"]["rows_per_s"] / out["copy"]["rows_per_s"]
-            print(
-                f"raw COPY: {crows:,} rows in {csecs:.1f} s = {crows / csecs:,.0f} rows/s; "
-                f"screener/COPY = {out['ingest_vs_copy']:.2f}"
-            )
     finally:
         if not args.keep:
             for name in made:

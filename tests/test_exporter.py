@@ -6,18 +6,18 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from admin_seed import NODES, SLOW, Seeded, seed_fleet
+from admin_seed import NODES, SLOW, Seeded, _one_run, seed_fleet
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from store_data import full_probe
 
 from screener.errors import ConfigError
 from screener.metrics import StoreCollector, parse_listen, write_textfile
-from screener.model import Trigger
+from screener.model import Status, Trigger
 from screener.store import Store, open_store
 from screener.store.migrate import upgrade
 
@@ -86,6 +86,33 @@ def test_probe_histogram_adds_only_new_probes(
     assert _samples(registry)[("screener_probe_duration_seconds_count", ())] == count + 1
 
 
+def test_node_figures_follow_new_rows_and_ages_follow_the_clock(db_store: Store) -> None:
+    """Per-node figures are reused between scrapes only while nothing was added; the age of
+    the last probe moves with the clock even while they are reused."""
+    seed_fleet(db_store, NOW)
+    now = [NOW]
+    registry = CollectorRegistry()
+    registry.register(StoreCollector(db_store, clock=lambda: now[0], reuse_s=3600))
+    node01 = (("node", "node01"),)
+    first = _samples(registry)
+    assert first[("screener_node_read_bytes_per_second", node01)] == 2900e6
+    assert first[("screener_node_last_probe_age_seconds", node01)] == 7200
+    now[0] = NOW + timedelta(seconds=100)
+    assert _samples(registry)[("screener_node_last_probe_age_seconds", node01)] == 7300
+    _one_run(db_store, Trigger.MANUAL, ["node01"], NOW, {"node01": Status.SLOW_READ})
+    after_run = _samples(registry)
+    assert after_run[("screener_node_read_bytes_per_second", node01)] == 21e6
+    assert after_run[("screener_node_verdict", (*node01, ("verdict", "SLOW_READ")))] == 1
+    assert after_run[("screener_node_last_probe_age_seconds", node01)] == 100
+    assert after_run[("screener_node_drained_by_screener", node01)] == 0
+    db_store.record_event("node01", "drain", "slow", NOW, slurm_reason="screener: slow")
+    db_store.record_event("node77", "resume", "new node", NOW)  # a node with no verdict yet
+    after_events = _samples(registry)
+    assert after_events[("screener_node_drained_by_screener", node01)] == 1
+    assert after_events[("screener_node_drained_by_screener", (("node", "node77"),))] == 0
+    assert ("screener_node_last_probe_age_seconds", (("node", "node77"),)) not in after_events
+
+
 def test_store_failure_is_store_up_zero() -> None:
     """The database went away after the exporter started (nothing listens on port 1)."""
     from screener.store.engine import make_engine
@@ -142,6 +169,16 @@ def test_textfile_through_the_cli(tmp_path: Path) -> None:
         check=False,
     )
     assert bad.returncode == 1 and bad.stderr.startswith("screener: error: --listen")
+    negative = subprocess.run(
+        [sys.executable, "-m", "screener.cli", "exporter", "--reuse-seconds", "-1"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+    assert negative.returncode == 1
+    assert negative.stderr.startswith("screener: error: --reuse-seconds must be >= 0")
 
 
 @pytest.mark.parametrize(

@@ -25,6 +25,14 @@ def register(sub: Subparsers) -> None:
         metavar="PATH",
         help="write the metrics once to PATH (node_exporter textfile collector) and exit",
     )
+    e.add_argument(
+        "--reuse-seconds",
+        type=float,
+        default=60.0,
+        metavar="S",
+        help="reuse the per-node figures for up to S seconds while no verdict, node or drain"
+        " was added (probe ages are always current; 0: read them at every scrape; default 60)",
+    )
     e.set_defaults(handler=exporter)
 
     r = sub.add_parser("report", help="one run as a self-contained HTML page with plots")
@@ -43,9 +51,11 @@ def exporter(args: argparse.Namespace, console: Console) -> int:
     policy = load_policy(args.config)
     if args.textfile is None:
         parse_listen(args.listen)  # a bad --listen fails before the store is opened
+    if not args.reuse_seconds >= 0:  # also refuses nan
+        raise ConfigError(f"--reuse-seconds must be >= 0, not {args.reuse_seconds}")
     with app.open_results(policy) as store:
         registry = CollectorRegistry()
-        registry.register(StoreCollector(store))
+        registry.register(StoreCollector(store, reuse_s=args.reuse_seconds))
         registry.register(AccuracyCollector(store))  # screening vs in-job figures, 30 days
         if args.textfile is not None:
             write_textfile(registry, args.textfile)

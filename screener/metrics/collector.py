@@ -1,17 +1,21 @@
 """A prometheus_client custom collector that reads the store at scrape time.
 
-Nothing is cached between scrapes except the probe-duration histogram, which is added up
-incrementally (probes with a higher id than the last scrape saw), so a scrape never rescans
-the whole probe table. Names follow Prometheus conventions: ``screener_`` prefix, base
-units (bytes per second, seconds), ``_total`` counters. A store failure does not fail the
-scrape: ``screener_store_up`` goes to 0 and the store's metrics are left out.
+Two things are kept between scrapes: the probe-duration histogram, added up incrementally
+(probes with a higher id than the last scrape saw), so a scrape never rescans the whole
+probe table; and the per-node figures while no node, verdict or drain/resume was added
+(StoreCollector below), so an unchanged fleet is not re-read and re-rendered every scrape.
+Probe ages are computed at every scrape. Names follow Prometheus conventions: ``screener_``
+prefix, base units (bytes per second, seconds), ``_total`` counters. A store failure does
+not fail the scrape: ``screener_store_up`` goes to 0 and the store's metrics are left out.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable, Iterator
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from prometheus_client.core import (
@@ -23,9 +27,9 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from screener.errors import ScreenerError
-from screener.model import Status, Trigger
+from screener.metrics.exposition import ColumnGauge, label_value
+from screener.model import Trigger
 from screener.store import Store, views
-from screener.store.rows import NodeRow
 from screener.store.schema import EVENT_ACTIONS, RUN_STATUSES
 
 log = logging.getLogger(__name__)
@@ -71,14 +75,36 @@ class _Histogram:
             self.sum += total
 
 
+@dataclass(frozen=True)
+class _NodeFamilies:
+    """The per-node families of one read of the store, and what the age is computed from."""
+
+    marks: tuple[int, int, int]  # views.change_marks when they were read
+    read_at: float  # time.monotonic()
+    names: Sequence[str]
+    texts: Sequence[str]  # rendered node label of each name
+    last_probe_at: Sequence[datetime | None]
+    families: list[Metric]  # every per-node family but the age
+
+
 class StoreCollector(Collector):
     """Yields screener's metrics from ``store`` on every ``collect()`` (register it yourself:
-    ``registry.register(StoreCollector(store))``). ``clock`` gives "now" for probe ages."""
+    ``registry.register(StoreCollector(store))``). ``clock`` gives "now" for probe ages.
 
-    def __init__(self, store: Store, clock: Callable[[], datetime] | None = None) -> None:
+    The per-node figures are read again when a node, verdict or drain/resume event has been
+    added since the last read (``views.change_marks``: one query of three primary-key
+    lookups per scrape) or the last read is ``reuse_s`` seconds old (0: every scrape); the
+    probe age is computed from the stored start time at every scrape, so it is never stale.
+    """
+
+    def __init__(
+        self, store: Store, clock: Callable[[], datetime] | None = None, reuse_s: float = 60.0
+    ) -> None:
         self.store = store
         self.clock = clock or (lambda: datetime.now(UTC))
+        self.reuse_s = reuse_s
         self.histogram = _Histogram()
+        self._nodes: _NodeFamilies | None = None
 
     def describe(self) -> Iterable[Metric]:
         return []  # no pre-registration checks: collect() talks to the database
@@ -96,8 +122,7 @@ class StoreCollector(Collector):
         )
 
     def _store_metrics(self) -> Iterator[Metric]:
-        nodes = views.node_overview(self.store, self.clock())
-        yield from _node_metrics(nodes)
+        yield from self._node_families()
         runs, events = views.counters(self.store)
         c = CounterMetricFamily(
             "screener_runs", "Screening runs by trigger and status.", labels=["trigger", "status"]
@@ -118,57 +143,102 @@ class StoreCollector(Collector):
             sum_value=h.sum,
         )
 
+    def _node_families(self) -> list[Metric]:
+        """The per-node families: reused or read again (see the class), age always now."""
+        now = self.clock()
+        marks = views.change_marks(self.store)
+        nodes = self._nodes
+        if (
+            nodes is None
+            or nodes.marks != marks
+            or time.monotonic() - nodes.read_at >= self.reuse_s
+        ):
+            read_at = time.monotonic()
+            columns = views.node_columns(self.store)
+            texts = [f'node="{label_value(n)}"' for n in columns.node]
+            nodes = _NodeFamilies(
+                marks,
+                read_at,
+                columns.node,
+                texts,
+                columns.last_probe_at,
+                _node_metrics(columns, texts),
+            )
+            self._nodes = nodes  # one assignment: a concurrent scrape sees old or new
+        ages = [None if t is None else (now - t).total_seconds() for t in nodes.last_probe_at]
+        return [*nodes.families, _gauge(*NODE_AGE, nodes.names, nodes.texts, ages)]
 
-def _node_metrics(nodes: list[NodeRow]) -> Iterator[Metric]:
-    """Per-node gauges from the latest verdict of each node."""
-    read = GaugeMetricFamily(
+
+# Per-node gauges: (name, help) in the order they are exported.
+NODE_GAUGES = {
+    "read": (
         "screener_node_read_bytes_per_second",
         "Sequential read bandwidth in the node's latest verdict.",
-        labels=["node"],
-    )
-    write = GaugeMetricFamily(
+    ),
+    "write": (
         "screener_node_write_bytes_per_second",
         "Sequential write bandwidth in the node's latest verdict.",
-        labels=["node"],
-    )
-    ratio = GaugeMetricFamily(
+    ),
+    "ratio": (
         "screener_node_write_read_ratio",
         "Write over read bandwidth in the node's latest verdict (healthy is about 1).",
-        labels=["node"],
-    )
-    p99 = GaugeMetricFamily(
+    ),
+    "p99": (
         "screener_node_read_latency_p99_seconds",
         "99th percentile read completion latency in the node's latest verdict.",
-        labels=["node"],
+    ),
+}
+NODE_AGE = (
+    "screener_node_last_probe_age_seconds",
+    "Seconds since the run of the node's latest verdict started.",
+)
+
+
+def _node_metrics(nodes: views.NodeColumns, texts: Sequence[str]) -> list[Metric]:
+    """Per-node gauges from the latest verdict of each node, all but the age (``texts``:
+    each node's rendered label). 10,000 nodes make 70,000 series: each family is a few
+    column comprehensions, rendered in one pass (ColumnGauge, see exposition.py)."""
+    names = nodes.node
+    read, write, ratio, p99 = (
+        _gauge(name, doc, names, texts, column)
+        for (name, doc), column in zip(
+            NODE_GAUGES.values(),
+            (
+                [None if v is None else v * MB for v in nodes.read_mb_s],  # bytes per second
+                [None if v is None else v * MB for v in nodes.write_mb_s],
+                nodes.ratio,
+                [None if v is None else v / 1000.0 for v in nodes.read_p99_ms],  # seconds
+            ),
+            strict=True,
+        )
     )
-    verdict = GaugeMetricFamily(
+    judged = [i for i, s in enumerate(nodes.status) if s is not None]
+    statuses = [nodes.status[i] or "" for i in judged]
+    verdict = ColumnGauge(
         "screener_node_verdict",
         "The node's latest verdict: 1 on the series whose verdict label is that status.",
-        labels=["node", "verdict"],
+        {"node": [names[i] for i in judged], "verdict": statuses},
+        [f'{texts[i]},verdict="{label_value(s)}"' for i, s in zip(judged, statuses, strict=True)],
+        [1.0] * len(judged),
     )
-    drained = GaugeMetricFamily(
+    drained = ColumnGauge(
         "screener_node_drained_by_screener",
         "1 if screener drained the node and has not resumed it.",
-        labels=["node"],
+        {"node": names},
+        texts,
+        [1.0 if d else 0.0 for d in nodes.drained_by_screener],
     )
-    age = GaugeMetricFamily(
-        "screener_node_last_probe_age_seconds",
-        "Seconds since the run of the node's latest verdict started.",
-        labels=["node"],
-    )
-    for n in nodes:
-        label = [n.node]
-        if n.read_mb_s is not None:
-            read.add_metric(label, n.read_mb_s * MB)
-        if n.write_mb_s is not None:
-            write.add_metric(label, n.write_mb_s * MB)
-        if n.ratio is not None:
-            ratio.add_metric(label, n.ratio)
-        if n.read_p99_ms is not None:
-            p99.add_metric(label, n.read_p99_ms / 1000.0)
-        if n.status is not None:
-            verdict.add_metric([n.node, Status(n.status).value], 1.0)
-        if n.age_s is not None:
-            age.add_metric(label, n.age_s)
-        drained.add_metric(label, 1.0 if n.drained_by_screener else 0.0)
-    yield from (read, write, ratio, p99, verdict, drained, age)
+    return [read, write, ratio, p99, verdict, drained]
+
+
+def _gauge(
+    name: str, doc: str, names: Sequence[str], texts: Sequence[str], column: Sequence[float | None]
+) -> ColumnGauge:
+    """One per-node gauge; nodes whose figure is missing (None) have no series."""
+    if None in column:
+        keep = [i for i, v in enumerate(column) if v is not None]
+        names, texts = [names[i] for i in keep], [texts[i] for i in keep]
+        values = [float(column[i] or 0.0) for i in keep]
+    else:
+        values = column  # type: ignore[assignment]  # no None in it
+    return ColumnGauge(name, doc, {"node": names}, texts, values)

@@ -133,10 +133,18 @@ class StoreBase:
     @contextmanager
     def _read(self, doing: str) -> Iterator[Connection]:
         """A read-only transaction that does not take SQLite's write lock."""
-        with translated(doing), self.engine.connect() as conn:
-            conn.execution_options(sqlite_begin="DEFERRED")
-            with conn.begin():
-                yield conn
+        with read_only(self.engine, doing) as conn:
+            yield conn
+
+
+@contextmanager
+def read_only(engine: Engine, doing: str) -> Iterator[Connection]:
+    """A read transaction that does not take SQLite's write lock; database errors become
+    StoreError("cannot <doing>: ...")."""
+    with translated(doing), engine.connect() as conn:
+        conn.execution_options(sqlite_begin="DEFERRED")
+        with conn.begin():
+            yield conn
 
 
 def record_run_outcome(conn: Connection, run_id: int, summary: RunSummary) -> None:

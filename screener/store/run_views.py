@@ -1,0 +1,178 @@
+"""The admin read side about runs and episodes: ``screener flaky`` and ``screener show RUN``,
+and the fleet-wide counts the exporter adds up. (Per-node views live in views.py, which
+also re-exports these names, so ``views.flaky`` and ``views.run_detail`` keep working.)
+
+Windows (``--since``) are range scans of indexed start times; the probe-duration counts
+read only probes newer than the last id the exporter saw.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from datetime import datetime
+from statistics import median
+from typing import Any
+
+from sqlalchemy import case, func, select
+
+from screener.errors import StoreError
+from screener.model import Status, Trigger
+from screener.store.base import aware, read_only
+from screener.store.reads import run_row
+from screener.store.rows import FlakyNodeRow, RunDetail, RunNodeRow, RunRow
+from screener.store.schema import (
+    EpisodeRecord,
+    EventRecord,
+    NodeProbeRecord,
+    NodeRecord,
+    RunRecord,
+    VerdictRecord,
+)
+from screener.store.store import Store
+
+
+def flaky(store: Store, since: datetime, min_episodes: int) -> list[FlakyNodeRow]:
+    """Nodes with at least ``min_episodes`` slow episodes started since ``since`` (prolog,
+    sweep and in-job alike), most episodes first, then most time spent slow."""
+    start = aware(since, "since")
+    ep = EpisodeRecord
+    repeat = (
+        select(ep.node_id)
+        .where(ep.started_at >= start)
+        .group_by(ep.node_id)
+        .having(func.count() >= max(min_episodes, 1))
+    )
+    with read_only(store.engine, "find flaky nodes") as conn:
+        episodes = conn.execute(
+            select(NodeRecord.name, ep.trigger, ep.started_at, ep.ended_at)
+            .join(NodeRecord, NodeRecord.id == ep.node_id)
+            .where(ep.started_at >= start, ep.node_id.in_(repeat))
+            .order_by(NodeRecord.name, ep.started_at, ep.id)
+        ).all()
+        resumes = dict(
+            conn.execute(
+                select(NodeRecord.name, func.count())
+                .join(EventRecord, EventRecord.node_id == NodeRecord.id)
+                .where(
+                    EventRecord.action == "resume",
+                    EventRecord.at >= start,
+                    EventRecord.node_id.in_(repeat),
+                )
+                .group_by(NodeRecord.name)
+            ).all()
+        )
+    by_node: dict[str, list[Any]] = defaultdict(list)
+    for row in episodes:
+        by_node[row.name].append(row)
+    out = [_flaky_row(name, eps, int(resumes.get(name, 0))) for name, eps in by_node.items()]
+    slow_time = {r.node: sum(_durations(by_node[r.node])) for r in out}
+    return sorted(out, key=lambda r: (-r.episodes, -slow_time[r.node], r.node))
+
+
+def _durations(eps: Sequence[Any]) -> list[float]:
+    """Seconds from start to end of the closed episodes."""
+    return [(e.ended_at - e.started_at).total_seconds() for e in eps if e.ended_at is not None]
+
+
+def _flaky_row(name: str, eps: Sequence[Any], resumes: int) -> FlakyNodeRow:
+    """Aggregate one node's episodes (time-ordered) into its flaky row."""
+    ttr = _durations(eps)
+    by_trigger = defaultdict(int, {t.value: 0 for t in Trigger})
+    for e in eps:
+        by_trigger[e.trigger] += 1
+    return FlakyNodeRow(
+        node=name,
+        episodes=len(eps),
+        prolog=by_trigger[Trigger.PROLOG.value],
+        sweep=by_trigger[Trigger.SWEEP.value],
+        job=by_trigger[Trigger.JOB.value],
+        manual=by_trigger[Trigger.MANUAL.value],
+        first_seen=eps[0].started_at,
+        last_seen=max(e.ended_at or e.started_at for e in eps),
+        open=eps[-1].ended_at is None,
+        ttr_median_s=median(ttr) if ttr else None,
+        ttr_max_s=max(ttr) if ttr else None,
+        resumes=resumes,
+    )
+
+
+def run_detail(store: Store, run_id: int) -> RunDetail:
+    """One run: its header, and per node the verdict, figures, signals and screener's actions."""
+    with read_only(store.engine, f"read run {run_id}") as conn:
+        run = conn.execute(select(RunRecord).where(RunRecord.id == run_id)).first()
+        if run is None:
+            raise StoreError(f"run {run_id} does not exist")
+        verdicts = conn.execute(
+            select(NodeRecord.name, VerdictRecord)
+            .join(NodeRecord, NodeRecord.id == VerdictRecord.node_id)
+            .where(VerdictRecord.run_id == run_id)
+            .order_by(NodeRecord.name)
+        ).all()
+        events = conn.execute(
+            select(NodeRecord.name, EventRecord.action, EventRecord.slurm_reason)
+            .join(NodeRecord, NodeRecord.id == EventRecord.node_id)
+            .where(EventRecord.run_id == run_id)
+            .order_by(EventRecord.at, EventRecord.id)
+        ).all()
+    counts: dict[str, int] = defaultdict(int)
+    for v in verdicts:
+        counts[v.status] += 1
+    actions: dict[str, list[str]] = defaultdict(list)
+    reasons: dict[str, str] = {}
+    for ev in events:
+        actions[ev.name].append(ev.action)
+        if ev.slurm_reason:
+            reasons[ev.name] = ev.slurm_reason
+    nodes = tuple(
+        RunNodeRow(
+            node=v.name,
+            status=Status(v.status),
+            read_mb_s=v.read_mb_s,
+            write_mb_s=v.write_mb_s,
+            ratio=v.ratio,
+            read_p99_ms=v.read_p99_ms,
+            z_read=v.z_read,
+            confirmed=bool(v.confirmed),
+            signals=tuple(v.signals or ()),
+            reason=v.reason,
+            actions=tuple(actions.get(v.name, ())),
+            slurm_reason=reasons.get(v.name),
+        )
+        for v in verdicts
+    )
+    header: RunRow = run_row(run, counts)
+    return RunDetail(header, run.guard_reason, run.peer_read_median_mb_s, nodes)
+
+
+def counters(store: Store) -> tuple[dict[tuple[str, str], int], dict[str, int]]:
+    """Totals for the exporter: runs by (trigger, status), node events by action."""
+    with read_only(store.engine, "count runs and events") as conn:
+        runs = conn.execute(
+            select(RunRecord.trigger, RunRecord.status, func.count()).group_by(
+                RunRecord.trigger, RunRecord.status
+            )
+        ).all()
+        events = conn.execute(
+            select(EventRecord.action, func.count()).group_by(EventRecord.action)
+        ).all()
+    return {(t, s): int(n) for t, s, n in runs}, {a: int(n) for a, n in events}
+
+
+def probe_duration_buckets(
+    store: Store, after_id: int, bounds: Sequence[float]
+) -> tuple[int, list[int], int, float]:
+    """Over node probes with id > ``after_id``: (highest id, count at or below each bound,
+    count, sum of seconds), counted by the database. The exporter adds these up scrape
+    after scrape, so its histogram never rescans the whole probe table."""
+    p = NodeProbeRecord
+    cols = [func.sum(case((p.duration_s <= b, 1), else_=0)) for b in bounds]
+    with read_only(store.engine, "read probe durations") as conn:
+        row = conn.execute(
+            select(func.max(p.id), func.count(), func.sum(p.duration_s), *cols).where(
+                p.id > after_id
+            )
+        ).one()
+    if not row[1]:
+        return after_id, [0] * len(bounds), 0, 0.0
+    return int(row[0]), [int(c or 0) for c in row[3:]], int(row[1]), float(row[2] or 0.0)
