@@ -126,3 +126,15 @@ def run_screener(
         check=False,
         cwd=cwd,
     )
+
+
+PACE = "300M"  # bytes/s: every node's device at one pace for in-job outlier tests
+
+
+def pace_devices(cluster: ClusterHandle, nodes: list[str]) -> None:
+    """Throttle reads and writes of ``nodes`` to PACE, so the device sets the job's pace and
+    not the 2 shared cores: unthrottled, a loop device on page cache reads at ~5 GB/s and a
+    node that loses the CPU for 50 ms looks 0.4x slower than its peers (seen in CI)."""
+    for n in nodes:
+        cluster.inject(n, "slow_read", PACE)
+        cluster.inject(n, "slow_write", PACE)

@@ -19,6 +19,8 @@ from typing import Any
 
 import pytest
 
+from tests.hooked_cluster import pace_devices
+
 SCREENER = [sys.executable, "-m", "screener.cli"]
 FIO_MIB = 256  # per node: ~0.1 s healthy (64 MiB was ~25 ms: scheduler noise on a loaded
 # host then moved one healthy node to 0.47x); the 20 MB/s throttled node reads ~13 s
@@ -139,9 +141,25 @@ def test_node_slowed_after_screening_is_an_in_job_episode_and_a_miss(
         f'[transport]\nssh_config = "{cluster.ssh_config}"\nknown_hosts = "{cluster.known_hosts}"\n'
     )
     layout = ["--nodes", ",".join(nodes), "--ranks-per-node", "1", "--partition", "debug"]
+    try:
+        _jobs_and_accuracy(cluster, tmp_path, nodes, slow, env, cfg, layout, db)
+    finally:
+        cluster.heal()
 
+
+def _jobs_and_accuracy(
+    cluster: Any,
+    tmp_path: Path,
+    nodes: list[str],
+    slow: str,
+    env: dict[str, str],
+    cfg: Path,
+    layout: list[str],
+    db: Path,
+) -> None:
+    pace_devices(cluster, nodes)
     bad = run_screened_job(cluster, tmp_path, nodes, env, cfg, slow)
-    cluster.heal(slow)
+    pace_devices(cluster, [slow])  # healed: back to its peers' pace
     out = screener("ingest", bad, "--dir", str(tmp_path), *layout, "--json", env=env)
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)

@@ -20,6 +20,7 @@ from deploy.minicluster import ClusterHandle
 from screener.store import open_store
 from tests.hooked_cluster import (
     hooked_cluster,
+    pace_devices,
     run_screener,
     sbatch,
     sinfo_nodes,
@@ -60,6 +61,7 @@ def site(hooked: tuple[ClusterHandle, Path], tmp_path: Path) -> Iterator[dict[st
         prolog={"fresh_s": 0.0},  # probe every node every time: each job has verdicts for all
         ingest={"drain": True},
     )
+    pace_devices(cluster, cluster.nodes[:4])
     yield info
     cluster.reset()
 
@@ -194,7 +196,7 @@ def test_node_slowed_after_the_real_prolog_is_ingested_drained_and_a_miss(
             ("drain_pending", reason),
         ]
 
-    cluster.heal(slow)
+    pace_devices(cluster, [slow])  # healed: back to its peers' pace
     resumed = run_screener(cluster, config, "resume", slow)
     assert resumed.returncode == 0, resumed.stderr  # the sweep's/admin's resume rule holds
     assert "DRAIN" not in sinfo_nodes(cluster)[slow]["state_flags"]
