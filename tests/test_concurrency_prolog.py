@@ -101,7 +101,14 @@ def test_16_prologs_and_a_sweep_on_slurm(
         ).all()
         assert {(j, n) for j, n, _ in probed} == {*jobs.items(), *((sweep_job, n) for n in swept)}
         assert all(c == 1 for _, _, c in probed)  # one probe per node and run, none twice
-        assert conn.scalar(select(func.count()).select_from(EventRecord)) == 0  # none slow
+        # Nothing drained (every job ran unrequeued) and nothing recorded twice. A node that
+        # loses the 2 shared cores to 16 concurrent probes may still look slow beside the
+        # fleet's figures: on a one-node allocation that is a guard_trip, never a drain.
+        events = conn.execute(
+            select(EventRecord.node_id, EventRecord.action, EventRecord.run_id)
+        ).all()
+        assert {e.action for e in events} <= {"guard_trip"}, events
+        assert len(events) == len(set(events)), events
 
 
 def _submit_sweep(
