@@ -46,7 +46,7 @@ from bench.fleet_scale import (  # noqa: E402
     _admin,
     _new_pg_db,
     add_episodes,
-    ingest_screener,
+    ingest,
 )
 from screener.metrics import StoreCollector  # noqa: E402
 from screener.metrics.exposition import render  # noqa: E402
@@ -193,7 +193,8 @@ def main() -> int:
     name, url = _new_pg_db("scrape")
     try:
         with open_store(url) as store:
-            rows, secs, nights = ingest_screener(store, fleet)
+            ours, _, rows, nights = ingest(store, fleet, None)  # no COPY baseline here
+            secs = sum(ours)
             add_episodes(store, nights)
             with store.engine.begin() as conn:
                 conn.execute(text("ANALYZE"))
