@@ -13,7 +13,7 @@ import secrets
 import signal
 import socket
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from datetime import UTC, datetime
 
 from screener import live, spool
@@ -92,29 +92,13 @@ def run_screen(
     could not open it (``db_unavailable``: spool at once, no second connect timeout).
     """
     url = database_url(policy)
-    where = describe(parse_url(url))  # a malformed URL is a config mistake: refuse it
+    describe(parse_url(url))  # a malformed URL is a config mistake: refuse it
     # The stored policy names the DB actually used (to_dict hides its password).
     policy = dataclasses.replace(policy, store=dataclasses.replace(policy.store, url=url))
     tag = new_run_tag()
-    spool_dir = policy.store.spool_dir
-    db: Store | None = store
-    recorder: spool.SpoolingStore | None = None
-    if store_results:
-        reason = db_unavailable or ""
-        try:
-            if db is None and db_unavailable is None:
-                db = open_store(url, upgrade=url.startswith("sqlite"))
-        except StoreError as exc:
-            if url.startswith("sqlite"):  # a local file: a path/permission mistake, not an outage
-                raise
-            reason = str(exc)  # a server that does not answer: spool, decide anyway
-
-        def started(run_id: int) -> None:
-            live.mark_live(spool_dir, tag, nodes, policy.transport.kind, run_id)
-
-        recorder = spool.SpoolingStore(db, spool_dir, tag, reason, on_started=started, db=where)
-    marker = live.mark_live(spool_dir, tag, nodes, policy.transport.kind)
-    try:
+    with recorded_run(
+        nodes, policy, tag, store=store, db_unavailable=db_unavailable, enabled=store_results
+    ) as recorder:
         result = _run(
             nodes,
             policy,
@@ -127,6 +111,44 @@ def run_screen(
             deadline_s,
             after,
         )
+    return result
+
+
+@contextlib.contextmanager
+def recorded_run(
+    nodes: Sequence[str],
+    policy: Policy,
+    tag: str,
+    *,
+    store: Store | None = None,
+    db_unavailable: str | None = None,
+    enabled: bool = True,
+) -> Iterator[spool.SpoolingStore | None]:
+    """Where one run's results go (screen, prolog, sweep): the DB, opened here unless given
+    (a server that does not answer means the spool), with the run's live marker; after a
+    run the DB stored, earlier spooled runs are replayed. None when ``enabled`` is false."""
+    url = database_url(policy)
+    where = describe(parse_url(url))
+    spool_dir = policy.store.spool_dir
+    db: Store | None = store
+    recorder: spool.SpoolingStore | None = None
+    if enabled:
+        reason = db_unavailable or ""
+        try:
+            if db is None and db_unavailable is None:
+                db = open_store(url, upgrade=url.startswith("sqlite"))
+        except StoreError as exc:
+            if url.startswith("sqlite"):  # a local file: a path/permission mistake, not an outage
+                raise
+            reason = str(exc)  # a server that does not answer: spool, decide anyway
+
+        def started(run_id: int) -> None:  # a killed run is then marked failed by the next
+            live.mark_live(spool_dir, tag, nodes, policy.transport.kind, run_id)
+
+        recorder = spool.SpoolingStore(db, spool_dir, tag, reason, on_started=started, db=where)
+    marker = live.mark_live(spool_dir, tag, nodes, policy.transport.kind)
+    try:
+        yield recorder
         if db is not None and not (recorder and recorder.spooled):
             with contextlib.suppress(StoreError):  # earlier spooled runs, now the DB is back
                 spool.replay(db, spool_dir, where)
@@ -135,7 +157,6 @@ def run_screen(
             marker.unlink(missing_ok=True)
         if db is not None and store is None:  # ours to close; a caller's stays open
             db.close()
-    return result
 
 
 def _settled(result: ScreenResult, recorder: spool.SpoolingStore | None) -> ScreenResult:

@@ -56,6 +56,16 @@ def cmdline(pid: int) -> bytes:
         return b""
 
 
+def fio_wrappers(tag: str) -> list[int]:
+    """The `timeout ... fio --time_based` wrappers of run ``tag``: one per node (fio shows
+    up twice under each, its main process and the forked job, so those are not counted)."""
+    return [
+        p
+        for p in tagged_pids(tag)
+        if b"--time_based" in cmdline(p) and cmdline(p).split(b"\0")[0].endswith(b"timeout")
+    ]
+
+
 def wait_for(cond: object, timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -94,14 +104,7 @@ def test_sigterm_kills_the_remote_fio_by_run_tag(cluster: ClusterHandle, tmp_pat
     )
     wait_for(lambda: list((tmp_path / "spool").glob("live-*.json")), 60, "the live marker")
     tag = live_tag(tmp_path)
-    # One `timeout ... fio --time_based` wrapper per node (fio itself shows up twice under it:
-    # its main process and the forked job), so count the wrappers.
-    timed = lambda: [  # noqa: E731
-        p
-        for p in tagged_pids(tag)
-        if b"--time_based" in cmdline(p) and cmdline(p).split(b"\0")[0].endswith(b"timeout")
-    ]
-    wait_for(lambda: len(timed()) == len(nodes), 120, "fio on every node")
+    wait_for(lambda: len(fio_wrappers(tag)) == len(nodes), 120, "fio on every node")
     remote = tagged_pids(tag)
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
@@ -240,12 +243,7 @@ def test_sigterm_during_a_prolog_stops_fio_and_fails_the_run(
     )
     wait_for(lambda: list((tmp_path / "spool").glob("live-*.json")), 60, "the live marker")
     tag = live_tag(tmp_path)
-    wrappers = lambda: [  # noqa: E731
-        p
-        for p in tagged_pids(tag)
-        if b"--time_based" in cmdline(p) and cmdline(p).split(b"\0")[0].endswith(b"timeout")
-    ]
-    wait_for(lambda: len(wrappers()) == len(nodes), 120, "fio on every node")
+    wait_for(lambda: len(fio_wrappers(tag)) == len(nodes), 120, "fio on every node")
     remote = tagged_pids(tag)
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)

@@ -20,20 +20,19 @@ import sys
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 
-from screener import live, spool
-from screener.app import make_transport, new_run_tag
-from screener.errors import ConfigError, ScreenerError, StoreError
+from screener import spool
+from screener.app import make_transport, new_run_tag, recorded_run
+from screener.errors import ConfigError, ScreenerError
 from screener.hooks import actions
 from screener.hooks.logging import HookLog
 from screener.hooks.probe_json import parse_node_lines
 from screener.model import NodeProbe, RunSummary, Status, Trigger
 from screener.nodes import expand_nodeset, fold_nodes
 from screener.pipeline import judge_round2, past_figures, probe_all
-from screener.policy import Policy, database_url
+from screener.policy import Policy
 from screener.runner import run_command
 from screener.slurm import SlurmClient, SlurmNode, select_client
-from screener.store import Store, open_store
-from screener.store.engine import describe, parse_url
+from screener.store import Store
 from screener.store.locks import NodeLocks, probe_locks
 from screener.store.slurm_records import SlurmRecords
 from screener.transport.base import RUN_TAG, Transport
@@ -291,37 +290,13 @@ def run_sweep(policy: Policy, env: Mapping[str, str], log: HookLog, deep: bool =
     held = expand_nodeset(nodelist)
     client, why = select_client(policy.slurm)
     log(f"sweep job {env.get('SLURM_JOB_ID', '?')} holds {fold_nodes(held)}; slurm backend {why}")
-    url = database_url(policy)
-    db: Store | None = None
-    reason = ""
-    try:
-        db = open_store(url, upgrade=url.startswith("sqlite"))
-    except StoreError as exc:
-        if url.startswith("sqlite"):  # a local file: a path/permission mistake, not an outage
-            raise
-        reason = str(exc)
-        log(f"database unavailable ({exc}): probing the held nodes, results to the spool")
-    tag = new_run_tag()
-    spool_dir, kind = policy.store.spool_dir, policy.transport.kind
-
-    def started(run_id: int) -> None:  # a killed sweep's run is then marked failed later
-        live.mark_live(spool_dir, tag, held, kind, run_id)
-
-    recorder = spool.SpoolingStore(
-        db, spool_dir, tag, reason, on_started=started, db=describe(parse_url(url))
-    )
-    marker = live.mark_live(spool_dir, tag, held, kind)
-    try:
+    with recorded_run(held, policy, new_run_tag()) as recorder:
+        assert recorder is not None  # enabled: a recorder, on the DB or the spool
+        if recorder.store is None:
+            log(f"database unavailable ({recorder.reason}): probing the held nodes, results")
+            log("to the spool")
         sweep = Sweep(policy, held, env.get("SLURM_JOB_ID"), client, log, deep)
-        asyncio.run(sweep.run(recorder, tag))
-        if db is not None and not recorder.spooled:
-            with contextlib.suppress(StoreError):  # earlier spooled runs, now the DB is back
-                spool.replay(db, spool_dir, describe(parse_url(url)))
-    finally:
-        if marker is not None:
-            marker.unlink(missing_ok=True)
-        if db is not None:
-            db.close()
+        asyncio.run(sweep.run(recorder, recorder.uid))
     return 0
 
 
