@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from screener.errors import ConfigError
+from screener.errors import ConfigError, ScreenerError
 
 DEFAULT_CONFIG_PATH = Path("/etc/screener/screener.toml")
 
@@ -250,95 +250,160 @@ _MAX_SIZE_MIB = 16 * 1024 * 1024  # 16 TiB: beyond any local NVMe
 def target_problem(target: str) -> str | None:
     """Why ``target`` cannot be given to fio and the node scripts, or None if it can."""
     if not isinstance(target, str) or not target.startswith("/"):
-        return f"must be an absolute path, got {_short(target)!r}"
+        return f"must be an absolute path, got {shorten(target)!r}"
     if len(target) > _TARGET_MAX:
         return f"is longer than {_TARGET_MAX} characters"
     if not _TARGET_RE.fullmatch(target):
         bad = "".join(sorted({c for c in target if not _TARGET_RE.fullmatch("/" + c)}))
         return (
-            f"{_short(target)!r} is not a plain absolute path, it contains {bad!r}: use "
+            f"{shorten(target)!r} is not a plain absolute path, it contains {bad!r}: use "
             "letters, digits and ._+@%=/:- only (fio cuts option values at ';' and '#')"
         )
     return None
 
 
-def _short(text: object, limit: int = 80) -> str:
+def shorten(text: object, limit: int = 80) -> str:
     """At most ``limit`` characters of ``text`` for an error line (a 5,000-char name is noise)."""
     s = str(text)
     return s if len(s) <= limit else s[: limit - 3] + "..."
 
 
+# Bounds of every numeric key: (low, high, low is exclusive). Wide enough for any real site,
+# narrow enough that nothing downstream overflows: datetime/timedelta arithmetic (about
+# 10^14 s), asyncio/subprocess timeouts, SQLite's 64-bit integers (SQL LIMIT), fio's ms.
+_DAY = 86400.0
+_YEAR = 365 * _DAY
+_RATE = 1e9  # MB/s, IOPS: far beyond any device
+_FACTOR = 1e6  # ratios and factors: beyond any real threshold
+_COUNT = 1_000_000
+_BOUNDS: dict[str, tuple[float, float, bool]] = {
+    "probe.size_mib": (1, _MAX_SIZE_MIB, False),
+    "probe.runtime_s": (0.001, _MAX_SECONDS, False),
+    "probe.ramp_s": (0, _MAX_SECONDS, False),
+    "probe.iodepth": (1, 1024, False),
+    "probe.min_free_mib": (0, _MAX_SIZE_MIB, False),
+    "probe.layout_min_mb_s": (0.001, _RATE, False),  # the layout timeout divides by it
+    "probe.iostat_interval_s": (1, 3600, False),
+    "verdict.min_read_mb_s": (0, _RATE, False),
+    "verdict.min_write_mb_s": (0, _RATE, False),
+    "verdict.min_rand_read_iops": (0, _RATE, False),
+    "verdict.max_write_read_ratio": (1, _FACTOR, True),
+    "verdict.max_slow_fraction": (0, 1, True),
+    "verdict.max_r_await_ms": (0, 1e9, False),
+    "verdict.z_threshold": (0, _FACTOR, True),
+    "verdict.mad_floor_fraction": (0.001, 1, False),  # 0: a zero MAD divides by zero
+    "verdict.min_peers": (2, _COUNT, False),
+    "verdict.min_peer_drop": (0, 1, True),
+    "verdict.shared_cause_fraction": (0, 1, True),
+    "verdict.history_runs": (0, 1000, False),
+    "verdict.history_drop": (0, 1, False),
+    "verdict.history_max_age_days": (0, 36500, False),
+    "verdict.fleet_window_h": (0, 36500 * 24, False),
+    "verdict.fleet_max": (0, 100_000, False),
+    "verdict.shared_outlier_factor": (1, _FACTOR, True),
+    "verdict.tail_min_factor": (1, _FACTOR, True),
+    "verdict.tail_floor_ms": (0, 1e9, False),
+    "verdict.confirm_references": (0, 10_000, False),
+    "transport.concurrency": (1, 65536, False),
+    "transport.connect_timeout_s": (0, 3600, True),
+    "transport.command_timeout_s": (0, _MAX_SECONDS, True),
+    "slurm.command_timeout_s": (0, 3600, True),
+    "slurm.max_drain_fraction": (0, 1, True),
+    "slurm.partition_max_drain_fraction": (0, 1, True),
+    "slurm.partition_window_s": (0, _YEAR, False),
+    "prolog.budget_s": (0, _DAY, True),
+    "prolog.fresh_s": (0, _YEAR, False),
+    "prolog.flaky_window_s": (0, _YEAR, False),
+    "prolog.iostat_interval_s": (1, 3600, False),
+    "prolog.iostat_max_s": (1, _YEAR, False),
+    "prolog.job_r_await_factor": (1, _FACTOR, True),
+    "prolog.job_min_r_await_ms": (0, 1e9, False),
+    "sweep.resume_after": (1, 1000, False),
+    "sweep.deep_max_rounds": (2, 10_000, False),
+    "sweep.deep_window": (2, 1000, False),
+    "sweep.deep_max_excursion": (0, 10, True),
+    "sweep.deep_max_slope": (0, 10, True),
+}
+# A numeric key added without a line above still gets these (finite, and an integer that
+# fits SQLite), so no new key can carry 1e300 or a 30-digit integer into the code.
+_DEFAULT_BOUNDS = (-1e15, 1e15, False)
+
+
+def _bounds_problem(key: str, value: float) -> str | None:
+    """Why a numeric ``value`` is out of range for ``key``, or None."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"config key {key} must be finite"
+    low, high, open_low = _BOUNDS.get(key, _DEFAULT_BOUNDS)
+    if (value > low if open_low else value >= low) and value <= high:
+        return None
+    return f"config key {key} must be {'>' if open_low else '>='} {low:g} and <= {high:g}, " + (
+        f"got {shorten(format(value, 'g') if isinstance(value, float) else value, 24)}"
+    )
+
+
+def numeric_keys() -> dict[str, type]:
+    """Every numeric config key ("section.key") and its type (int or float)."""
+    out: dict[str, type] = {}
+    for name, cls in _SECTIONS.items():
+        for f in dataclasses.fields(cls):
+            default = getattr(cls(), f.name)
+            if isinstance(default, int | float) and not isinstance(default, bool):
+                out[f"{name}.{f.name}"] = type(default)
+    return out
+
+
 def validate(p: Policy) -> Policy:
-    """Range checks that types alone cannot express (every key named in its message)."""
-    pp, v, t = p.probe, p.verdict, p.transport
+    """Every value checked at load time, so no command meets it later (every key named in
+    its one-line message): numeric ranges first, then what ranges cannot express."""
+    for name in _SECTIONS:
+        section = getattr(p, name)
+        for f in dataclasses.fields(section):
+            value = getattr(section, f.name)
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                problem = _bounds_problem(f"{name}.{f.name}", value)
+                if problem is not None:
+                    raise ConfigError(problem)
+    pp = p.probe
     bad_target = target_problem(pp.target)
     checks = [
         (bad_target is None, f"probe.target {bad_target}"),
-        (0 < pp.size_mib <= _MAX_SIZE_MIB, f"probe.size_mib must be within 1..{_MAX_SIZE_MIB}"),
-        (0 < pp.runtime_s <= _MAX_SECONDS, "probe.runtime_s must be > 0 and <= 86400"),
-        (0 <= pp.ramp_s <= _MAX_SECONDS, "probe.ramp_s must be >= 0 and <= 86400"),
-        (pp.runtime_s * 1000 >= 1, "probe.runtime_s must be at least 0.001"),
-        (1 <= pp.iodepth <= 1024, "probe.iodepth must be within 1..1024"),
         (bool(_BS_RE.fullmatch(pp.seq_bs)), "probe.seq_bs must be a block size like 1M or 4k"),
         (bool(_BS_RE.fullmatch(pp.rand_bs)), "probe.rand_bs must be a block size like 4k"),
-        (0 <= pp.min_free_mib <= _MAX_SIZE_MIB, "probe.min_free_mib must be >= 0"),
-        (1 <= pp.iostat_interval_s <= 3600, "probe.iostat_interval_s must be within 1..3600"),
-        (v.min_read_mb_s >= 0, "verdict.min_read_mb_s must be >= 0"),
-        (v.min_write_mb_s >= 0, "verdict.min_write_mb_s must be >= 0"),
-        (v.min_rand_read_iops >= 0, "verdict.min_rand_read_iops must be >= 0"),
-        (v.max_write_read_ratio > 1, "verdict.max_write_read_ratio must be > 1"),
-        (0 < v.max_slow_fraction <= 1, "verdict.max_slow_fraction must be in (0, 1]"),
-        (v.max_r_await_ms >= 0, "verdict.max_r_await_ms must be >= 0"),
-        (v.z_threshold > 0, "verdict.z_threshold must be > 0"),
-        (0 <= v.mad_floor_fraction <= 1, "verdict.mad_floor_fraction must be in [0, 1]"),
-        (v.min_peers >= 2, "verdict.min_peers must be >= 2"),
-        (0 < v.min_peer_drop <= 1, "verdict.min_peer_drop must be in (0, 1]"),
-        (0 < v.shared_cause_fraction <= 1, "verdict.shared_cause_fraction in (0, 1]"),
-        (0 <= v.history_runs <= 1000, "verdict.history_runs must be within 0..1000"),
-        (0 <= v.history_drop <= 1, "verdict.history_drop must be in [0, 1]"),
-        (1 <= t.concurrency <= 65536, "transport.concurrency must be within 1..65536"),
-        (0 < t.connect_timeout_s <= 3600, "transport.connect_timeout_s must be in (0, 3600]"),
-        (
-            0 < t.command_timeout_s <= _MAX_SECONDS,
-            "transport.command_timeout_s must be > 0 and <= 86400",
-        ),
         (bool(p.store.url), "store.url must not be empty"),
         (p.store.spool_dir.startswith("/"), "store.spool_dir must be an absolute path"),
-        (pp.layout_min_mb_s > 0, "probe.layout_min_mb_s must be > 0"),
-        (v.history_max_age_days >= 0, "verdict.history_max_age_days must be >= 0"),
-        (v.fleet_window_h >= 0, "verdict.fleet_window_h must be >= 0"),
-        (v.fleet_max >= 0, "verdict.fleet_max must be >= 0"),
-        (v.shared_outlier_factor > 1, "verdict.shared_outlier_factor must be > 1"),
-        (v.tail_min_factor > 1, "verdict.tail_min_factor must be > 1"),
-        (v.tail_floor_ms >= 0, "verdict.tail_floor_ms must be >= 0"),
-        (v.confirm_references >= 0, "verdict.confirm_references must be >= 0"),
         *_slurm_checks(p),
     ]
-    sections = (pp, v, t, p.store, p.slurm, p.prolog, p.sweep, p.ingest)
-    for section in sections:  # NaN/inf pass every comparison above or below
-        for f in dataclasses.fields(section):
-            value = getattr(section, f.name)
-            if isinstance(value, float) and not math.isfinite(value):
-                raise ConfigError(f"config key {_section_name(section)}.{f.name} must be finite")
     for ok, message in checks:
         if not ok:
             raise ConfigError(message)
     return p
 
 
-def _slurm_checks(p: Policy) -> list[tuple[bool, str]]:
-    """Range checks of the [slurm], [prolog] and [sweep] sections."""
-    import re
+def tag_problem(tag: str) -> str | None:
+    """Why ``tag`` cannot start a drain reason, or None: 1-16 characters that Slurm's reason
+    check (screener.slurm.model.check_reason) accepts, so no drain is refused later."""
+    from screener.slurm.model import check_reason  # screener.slurm imports this module
 
+    if not 0 < len(tag) <= 16:
+        return "must be 1-16 characters"
+    try:
+        check_reason(tag)
+    except ScreenerError:
+        return f"{shorten(tag)!r}: Slurm reasons take only A-Za-z0-9, space and _.,:;+/()%<>@#-"
+    return None
+
+
+def _slurm_checks(p: Policy) -> list[tuple[bool, str]]:
+    """Checks of the [slurm], [prolog], [sweep] and [ingest] sections beyond ranges."""
     try:
         re.compile(p.prolog.job_name_regex)
         regex_ok = True
-    except re.error:
+    except (re.error, RecursionError, OverflowError):
         regex_ok = False
     tag = p.slurm.tag
     job_tag = p.ingest.drain_tag
     return [
-        (0 < len(job_tag) <= 16 and job_tag.isprintable(), "ingest.drain_tag: 1-16 chars"),
+        (tag_problem(job_tag) is None, f"ingest.drain_tag {tag_problem(job_tag)}"),
         (job_tag != tag, "ingest.drain_tag must differ from slurm.tag (its own tag)"),
         (
             re.fullmatch(r"[A-Za-z0-9_]{1,32}", p.ingest.comment_key) is not None,
@@ -349,20 +414,11 @@ def _slurm_checks(p: Policy) -> list[tuple[bool, str]]:
             "ingest.dir_pattern: an absolute path using "
             "only {user} and {job_id} placeholders, no '..'",
         ),
-        (p.slurm.command_timeout_s > 0, "slurm.command_timeout_s must be > 0"),
-        (0 < len(tag) <= 16 and tag.isprintable(), "slurm.tag must be 1-16 printable chars"),
-        (0 < p.slurm.max_drain_fraction <= 1, "slurm.max_drain_fraction in (0, 1]"),
-        (0 < p.slurm.partition_max_drain_fraction <= 1, "slurm.partition_max_drain_fraction"),
-        (p.slurm.partition_window_s >= 0, "slurm.partition_window_s must be >= 0"),
-        (regex_ok, f"prolog.job_name_regex is not a valid regex: {p.prolog.job_name_regex!r}"),
-        (p.prolog.budget_s > 0, "prolog.budget_s must be > 0"),
-        (p.prolog.fresh_s >= 0, "prolog.fresh_s must be >= 0"),
-        (p.prolog.flaky_window_s >= 0, "prolog.flaky_window_s must be >= 0"),
-        (p.prolog.iostat_interval_s >= 1, "prolog.iostat_interval_s must be >= 1"),
-        (p.prolog.iostat_max_s >= 1, "prolog.iostat_max_s must be >= 1"),
-        (p.prolog.job_r_await_factor > 1, "prolog.job_r_await_factor must be > 1"),
-        (p.sweep.resume_after >= 1, "sweep.resume_after must be >= 1"),
-        (p.sweep.deep_window >= 2, "sweep.deep_window must be >= 2"),
+        (tag_problem(tag) is None, f"slurm.tag {tag_problem(tag)}"),
+        (
+            regex_ok,
+            f"prolog.job_name_regex is not a valid regex: {shorten(p.prolog.job_name_regex)!r}",
+        ),
         (p.sweep.deep_max_rounds >= p.sweep.deep_window, "sweep.deep_max_rounds >= deep_window"),
     ]
 
@@ -375,26 +431,34 @@ def _pattern_ok(pattern: str) -> bool:
     return bool(re.fullmatch(r"/[A-Za-z0-9_.+/-]{0,1000}", bare)) and ".." not in bare.split("/")
 
 
-def _section_name(obj: object) -> str:
-    return next(name for name, cls in _SECTIONS.items() if isinstance(obj, cls))
+def config_path(path: str | os.PathLike[str] | None = None) -> str | os.PathLike[str] | None:
+    """The config file in force: ``path`` (--config), else $SCREENER_CONFIG, else the
+    default path if it exists; None = built-in defaults."""
+    if path is None:
+        path = os.environ.get("SCREENER_CONFIG") or None
+    if path is None and DEFAULT_CONFIG_PATH.exists():
+        path = DEFAULT_CONFIG_PATH
+    return path
 
 
 def load_policy(path: str | os.PathLike[str] | None = None) -> Policy:
     """Load the policy: ``path`` (--config), else $SCREENER_CONFIG, else the default path if
     it exists, else built-in defaults. The same rule for every command and hook, so a site
     points a Slurm hook at its file through the environment without editing the hook."""
+    path = config_path(path)
     if path is None:
-        path = os.environ.get("SCREENER_CONFIG") or None
-    if path is None:
-        if not DEFAULT_CONFIG_PATH.exists():
-            return Policy()
-        path = DEFAULT_CONFIG_PATH
+        return Policy()
+    return policy_from_dict(_read_toml(path))
+
+
+def _read_toml(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The parsed file, or ConfigError with one line saying why not."""
     if not os.fspath(path):
         raise ConfigError("config path is empty (give a file, or leave --config out)")
-    shown = _short(os.fspath(path), 200)
+    shown = shorten(os.fspath(path), 200)
     try:
         with open(path, "rb") as fh:
-            data = tomllib.load(fh)
+            return tomllib.load(fh)
     except FileNotFoundError:
         raise ConfigError(f"config file {shown} does not exist") from None
     except IsADirectoryError:
@@ -405,10 +469,22 @@ def load_policy(path: str | os.PathLike[str] | None = None) -> Policy:
         raise ConfigError(f"config file {shown} is not UTF-8 text (binary?)") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config file {shown} is not valid TOML: {exc}") from None
+    except RecursionError:  # tomllib recurses per nesting level: [[[[...]]]] 3,000 deep
+        raise ConfigError(f"config file {shown} is nested too deeply") from None
     except (OSError, ValueError) as exc:
         why = getattr(exc, "strerror", None) or type(exc).__name__
         raise ConfigError(f"cannot read config file {shown}: {why}") from None
-    return policy_from_dict(data)
+
+
+def hook_log_file(path: str | os.PathLike[str] | None = None) -> str:
+    """``[prolog] log_file`` of the config in force even when the rest of it is invalid,
+    so a hook that cannot load its policy still logs where the admin looks ('' if unknown)."""
+    try:
+        found = config_path(path)
+        value = _read_toml(found).get("prolog", {}).get("log_file", "") if found else ""
+    except Exception:  # anything unreadable: stderr only
+        return ""
+    return value if isinstance(value, str) else ""
 
 
 def redact_url(url: str) -> str:
