@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import os
@@ -14,7 +15,8 @@ from rich.console import Console
 
 from screener.cli.common import Subparsers
 from screener.errors import SlurmError
-from screener.policy import Policy, load_policy
+from screener.hooks.logging import HookLog, describe_error
+from screener.policy import Policy, hook_log_file, load_policy
 
 RELEASE_WAIT_S = 90.0  # how long `release` waits for Slurm to requeue the job
 RELEASE_POLL_S = 1.0
@@ -65,19 +67,48 @@ def _policy(args: argparse.Namespace) -> Policy:
 
 
 def prolog(args: argparse.Namespace, console: Console) -> int:
-    from screener.hooks.logging import HookLog
-    from screener.hooks.prolog import run_prolog
+    """PrologSlurmctld: exit 1 only to requeue a job whose nodes were drained, or when a
+    policy that could be read says ``fail_closed``; any other failure is exit 0 (fail open)
+    with one log line, on stderr and in the log file when it is known."""
+    try:
+        policy = _policy(args)
+    except Exception as exc:  # unreadable, invalid, too deep (RecursionError), MemoryError
+        return _unloaded("screener prolog", args, exc, "fail open: the job runs, nobody drained")
+    log = HookLog("screener prolog", policy.prolog.log_file)
+    try:
+        from screener.hooks.prolog import run_prolog
 
-    policy = _policy(args)
-    return run_prolog(policy, _hook_env(), HookLog("screener prolog", policy.prolog.log_file))
+        return run_prolog(policy, _hook_env(), log)
+    except Exception as exc:  # run_prolog fails open itself; this is for its import
+        from screener.hooks.prolog import _fail
+
+        return _fail(policy, log, f"internal error: {describe_error(exc)}")
 
 
 def epilog(args: argparse.Namespace, console: Console) -> int:
-    from screener.hooks.epilog import run_epilog
-    from screener.hooks.logging import HookLog
+    """EpilogSlurmctld: always exit 0, every failure one log line."""
+    try:
+        policy = load_policy(args.config)
+    except Exception as exc:
+        return _unloaded("screener epilog", args, exc, "nothing collected")
+    log = HookLog("screener epilog", policy.prolog.log_file)
+    try:
+        from screener.hooks.epilog import run_epilog
 
-    policy = load_policy(args.config)
-    return run_epilog(policy, _hook_env(), HookLog("screener epilog", policy.prolog.log_file))
+        run_epilog(policy, _hook_env(), log)
+    except Exception as exc:
+        with contextlib.suppress(Exception):
+            log(f"internal error: {describe_error(exc)}; the epilog exits 0")
+    return 0
+
+
+def _unloaded(prefix: str, args: argparse.Namespace, exc: Exception, outcome: str) -> int:
+    """A hook whose policy cannot be loaded: one line (stderr, and the log file if the
+    config still names one), exit 0. ``fail_closed`` needs a policy that could be read."""
+    with contextlib.suppress(Exception):
+        log = HookLog(prefix, hook_log_file(args.config))
+        log(f"cannot load the policy: {describe_error(exc)}; {outcome}")
+    return 0
 
 
 def resume(args: argparse.Namespace, console: Console) -> int:

@@ -15,6 +15,7 @@ Heavy modules (the store, the pipeline) are imported only once a job is selected
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
@@ -27,9 +28,9 @@ from typing import TYPE_CHECKING
 
 from screener.errors import ConfigError, ScreenerError, SlurmError, StoreError
 from screener.hooks.decide import drainable, fast_path, selects
-from screener.hooks.logging import HookLog
+from screener.hooks.logging import HookLog, describe_error
 from screener.nodes import expand_nodeset, fold_nodes
-from screener.policy import Policy, database_url
+from screener.policy import Policy, database_url, shorten
 from screener.slurm import SlurmClient, SlurmJob, select_client
 from screener.slurm.model import check_job_id
 
@@ -44,35 +45,78 @@ EXIT_REQUEUE = 1  # non-zero from PrologSlurmctld: Slurm requeues the batch job
 DECIDE_RESERVE_S = 2.0
 
 
+# Longest value read from a job's environment (Slurm bounds its own fields far below it):
+# a hostile or corrupt 10 MB variable is refused, not logged whole.
+MAX_ENV_VALUE = 65536
+
+
 def job_from_env(env: Mapping[str, str]) -> SlurmJob:
-    """The job PrologSlurmctld/EpilogSlurmctld describe in their environment (validated)."""
-    job_id = env.get("SLURM_JOB_ID", "")
-    nodelist = env.get("SLURM_JOB_NODELIST", "")
+    """The job PrologSlurmctld/EpilogSlurmctld describe in their environment (validated:
+    ConfigError naming the variable, never another exception type)."""
+
+    def get(name: str) -> str:
+        value = env.get(name, "")
+        if not isinstance(value, str) or len(value) > MAX_ENV_VALUE:
+            raise ConfigError(f"{name} is longer than {MAX_ENV_VALUE} characters")
+        return value
+
+    job_id, nodelist = get("SLURM_JOB_ID"), get("SLURM_JOB_NODELIST")
     if not job_id or not nodelist:
         raise ConfigError("SLURM_JOB_ID and SLURM_JOB_NODELIST must be set (run as a Slurm hook)")
     try:
         check_job_id(job_id)
-    except SlurmError as exc:
-        raise ConfigError(str(exc)) from None
+    except SlurmError:
+        raise ConfigError(f"SLURM_JOB_ID is not a Slurm job id: {shorten(job_id)!r}") from None
+    restarts = get("SLURM_JOB_RESTART_COUNT") or "0"
+    if not (restarts.isascii() and restarts.isdigit() and len(restarts) <= 9):
+        raise ConfigError(f"SLURM_JOB_RESTART_COUNT is not a count: {shorten(restarts)!r}")
     return SlurmJob(
         job_id=job_id,
         nodes=tuple(expand_nodeset(nodelist)),
-        partition=env.get("SLURM_JOB_PARTITION", ""),
-        name=env.get("SLURM_JOB_NAME", ""),
-        comment=env.get("SLURM_JOB_COMMENT", ""),
-        restarts=int(env.get("SLURM_JOB_RESTART_COUNT", "0") or 0),
+        partition=get("SLURM_JOB_PARTITION"),
+        name=get("SLURM_JOB_NAME"),
+        comment=get("SLURM_JOB_COMMENT"),
+        restarts=int(restarts),
     )
 
 
 def run_prolog(
     policy: Policy, env: Mapping[str, str], log: HookLog, client: SlurmClient | None = None
 ) -> int:
-    """The hook's exit code: 0 = let the job start, 1 = requeue it (nodes were drained)."""
+    """The hook's exit code: 0 = let the job start, 1 = requeue it (nodes were drained, or
+    ``fail_closed`` and something failed). Every failure, whatever its type, fails open
+    with one log line; only SIGTERM (Terminated, a BaseException) goes through."""
     t0 = time.monotonic()
+    job_id = ""
     try:
-        job = job_from_env(env)
-    except ScreenerError as exc:
-        return _fail(policy, log, f"cannot read the job: {exc}")
+        try:
+            job = job_from_env(env)
+        except ScreenerError as exc:
+            if not _opted_in(policy, env):  # fail_closed must not requeue a job not screened
+                log(f"cannot read the job ({exc}); it did not opt in: not screened")
+                return 0
+            return _fail(policy, log, f"cannot read the job: {exc}")
+        job_id = job.job_id
+        return _run_job(policy, job, log, client, t0)
+    except Exception as exc:  # a bug (or MemoryError, RecursionError) must not requeue jobs
+        where = f"job {job_id}: " if job_id else ""
+        return _fail(policy, log, f"{where}internal error: {describe_error(exc)}")
+
+
+def _opted_in(policy: Policy, env: Mapping[str, str]) -> bool:
+    """Would the job be selected, judging by its name, partition and comment alone?"""
+
+    def get(name: str) -> str:
+        return str(env.get(f"SLURM_JOB_{name}", ""))[:MAX_ENV_VALUE]
+
+    job = SlurmJob("0", (), partition=get("PARTITION"), name=get("NAME"), comment=get("COMMENT"))
+    return selects(job, policy.prolog)[0]
+
+
+def _run_job(
+    policy: Policy, job: SlurmJob, log: HookLog, client: SlurmClient | None, t0: float
+) -> int:
+    """Select, open the store and the Slurm client, screen: run_prolog's body."""
     ok, why = selects(job, policy.prolog)
     if not ok:
         log(f"job {job.job_id}: not screened: {why}")
@@ -87,8 +131,8 @@ def run_prolog(
         else:
             backend = f"{client.name}: passed in"
         log(
-            f"job {job.job_id} ({job.name}) on {fold_nodes(job.nodes)}: screening ({why}); "
-            f"slurm backend {backend}"
+            f"job {job.job_id} ({shorten(job.name)!r}) on {fold_nodes(job.nodes)}: screening "
+            f"({why}); slurm backend {backend}"
         )
         store = open_store(url, upgrade=url.startswith("sqlite"))
         unavailable = None
@@ -252,13 +296,16 @@ async def _iostat_only(policy: Policy, job: SlurmJob, log: HookLog) -> None:
         await transport.close()
 
 
-def _fail(policy: Policy, log: HookLog, message: str) -> int:
-    """An error inside screener: open (job runs) by default, closed when configured."""
-    if policy.prolog.fail_closed:
-        log(f"{message}; fail closed (prolog.fail_closed = true): job requeued")
-        return EXIT_REQUEUE
-    log(f"{message}; fail open: the job runs, nobody drained")
-    return 0
+def _fail(policy: Policy | None, log: HookLog, message: str) -> int:
+    """An error inside screener: open (job runs) by default, closed (requeue) only when a
+    policy that could be read says so. Never raises: this is the last word of the hook."""
+    closed = policy is not None and policy.prolog.fail_closed
+    with contextlib.suppress(Exception):  # even the log failing must not change the exit
+        if closed:
+            log(f"{message}; fail closed (prolog.fail_closed = true): job requeued")
+        else:
+            log(f"{message}; fail open: the job runs, nobody drained")
+    return EXIT_REQUEUE if closed else 0
 
 
 def _spawn_release(job_id: str, log: HookLog) -> None:
