@@ -161,3 +161,19 @@ def test_admin_query_on_an_empty_database_says_so(tmp_path: Path) -> None:
     res = screener("runs", env={"SCREENER_DATABASE_URL": f"sqlite:///{tmp_path}/empty.db"})
     assert res.returncode == 1
     assert "screener db upgrade" in res.stderr and len(res.stderr.strip().splitlines()) == 1
+
+
+def test_ingest_accepts_files_after_the_options(tmp_path: Path) -> None:
+    # argparse's positional-after-options trap: `ingest JOB --nodes .. --ranks-per-node 1
+    # FILE...` said "unrecognized arguments".
+    data = Path(__file__).resolve().parent / "data" / "ior"
+    files = [str(data / "ior-fpp-summary.json"), str(data / "ior-fpp-ranks.csv")]
+    env = {"SCREENER_DATABASE_URL": f"sqlite:///{tmp_path}/db.sqlite"}
+    layout = ["--nodes", "node[01-04]", "--ranks-per-node", "1"]
+    after = screener("ingest", "9001", *layout, *files, "--no-store", "--json", env=env)
+    assert after.returncode == 0, after.stderr
+    before = screener("ingest", "9001", *files, *layout, "--no-store", "--json", env=env)
+    split = screener("ingest", "9001", files[0], *layout, files[1], "--no-store", "--json", env=env)
+    assert json.loads(after.stdout) == json.loads(before.stdout) == json.loads(split.stdout)
+    bogus = screener("ingest", "9001", *layout, "--bogus", *files, env=env)
+    assert bogus.returncode == 2 and "unrecognized arguments: --bogus" in bogus.stderr

@@ -314,25 +314,87 @@ def test_node_list_with_shell_metacharacters_has_no_side_effect(tmp_path: Path) 
 
 
 def test_job_fields_are_carried_as_data(tmp_path: Path) -> None:
+    # A job id `screener job` would refuse is refused at input (it was stored, then every
+    # later `job`/`accuracy` refused it); nothing runs, nothing is stored.
     db = tmp_path / "db.sqlite"
     target = tmp_path / "t"
     target.mkdir()
-    job = "1'; DROP TABLE runs;--$(touch x)\u00e9"
-    res = screener(
-        "--config",
-        str(small_config(tmp_path)),
-        "screen",
-        "--local",
-        "--target",
-        str(target),
-        "--job-id",
-        job,
-        env={"SCREENER_DATABASE_URL": f"sqlite:///{db}"},
-    )
-    assert res.returncode in (0, 3), res.stderr
-    with sqlite3.connect(db) as con:
-        assert con.execute("select job_id from runs").fetchall() == [(job,)]
+    for job in ("1'; DROP TABLE runs;--$(touch x)\u00e9", "x;y", "9" * 30):
+        res = screener(
+            "--config",
+            str(small_config(tmp_path)),
+            "screen",
+            "--local",
+            "--target",
+            str(target),
+            "--job-id",
+            job,
+            env={"SCREENER_DATABASE_URL": f"sqlite:///{db}"},
+        )
+        one_line_error(res, "invalid --job-id")
+    assert not db.exists() and not list(target.iterdir())
     assert not Path("x").exists()
+
+
+# ------------------------------------------------------------------ CLI inputs (issue 19 item 6)
+
+IOR = Path(__file__).resolve().parent / "data" / "ior"
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["accuracy", "--since", "1000000d"], "--since"),
+        (["accuracy", "--since", "99999999999h"], "--since"),
+        (["accuracy", "--since", "nan"], "--since"),
+        (["history", "node01", "--since", "99999999999h"], "--since"),
+        (["report", str(2**70), "--html", "/tmp/never-written.html"], "RUN"),
+        (["show", str(2**70)], "RUN"),
+        (["job", "x;y"], "invalid job id"),
+    ],
+)
+def test_cli_values_that_overflowed_are_one_line(
+    tmp_path: Path, args: list[str], needle: str
+) -> None:
+    db = tmp_path / "db.sqlite"
+    res = screener(*args, env={"SCREENER_DATABASE_URL": f"sqlite:///{db}"})
+    one_line_error(res, needle)
+    assert not db.exists()
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        (["--ranks-per-node", "99999999999999999999"], "--ranks-per-node"),
+        (["--ranks-per-node", "60000", "--nodes", "n[1-60000]"], "ranks"),
+        (["--ranks-per-node", "1", "--observed-at", "0001-01-01T00:00:00+23:59"], "--observed-at"),
+        (["--ranks-per-node", "1", "--observed-at", "9999-12-31T23:59:59-23:59"], "--observed-at"),
+        (["--ranks-per-node", "1", "--observed-at", "1900-01-01T00:00:00+00:00"], "--observed-at"),
+    ],
+)
+def test_ingest_values_that_crashed_or_allocated_are_one_line(
+    tmp_path: Path, extra: list[str], needle: str
+) -> None:
+    db = tmp_path / "db.sqlite"
+    files = [str(IOR / "ior-fpp-summary.json"), str(IOR / "ior-fpp-ranks.csv")]
+    nodes = [] if "--nodes" in extra else ["--nodes", "node[01-04]"]
+    res = screener(
+        "ingest",
+        "9001",
+        *nodes,
+        *extra,
+        *files,
+        env={"SCREENER_DATABASE_URL": f"sqlite:///{db}"},
+        timeout=60,
+    )
+    one_line_error(res, needle)
+    assert not db.exists()
+
+
+@pytest.mark.parametrize("deadline", ["inf", "nan", "-1", "0", "1e300"])
+def test_screen_deadline_out_of_range_is_one_line(tmp_path: Path, deadline: str) -> None:
+    res = screener("screen", "--local", "--no-store", "--deadline", deadline)
+    one_line_error(res, "--deadline")
 
 
 # ------------------------------------------------------------------ database URLs and files

@@ -14,6 +14,7 @@ import signal
 import sys
 import threading
 from collections.abc import Sequence
+from pathlib import Path
 
 from rich.console import Console
 
@@ -44,7 +45,13 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `screener` console script."""
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # argparse stops filling a positional list once an option came between
+        if getattr(args, "intermixed", None) and not any(e.startswith("-") for e in extra):
+            getattr(args, args.intermixed).extend(Path(e) for e in extra)
+        else:
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if threading.current_thread() is threading.main_thread():
         # Slurm's PrologEpilogTimeout sends SIGTERM: stop like on Ctrl-C (run marked failed,
         # probes stopped on the nodes), say so in one line, exit 143.

@@ -6,7 +6,6 @@ Each prints a rich table, or with ``--json`` / ``--csv`` the same rows for scrip
 from __future__ import annotations
 
 import argparse
-import re
 from collections import Counter
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
@@ -14,28 +13,17 @@ from typing import TYPE_CHECKING
 
 from rich.console import Console
 
-from screener.cli.common import Subparsers, check_count, check_days, check_limit
-from screener.errors import ConfigError
+from screener.cli.common import Subparsers, check_count, check_id, check_limit, parse_duration
 from screener.model import Status
 from screener.policy import load_policy
 
 if TYPE_CHECKING:  # the store (SQLAlchemy) is imported only when a command runs
     from screener.store.rows import NodeRow, RunDetail
 
-_SINCE = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
-_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-
 
 def parse_since(text: str, option: str = "--since") -> timedelta:
     """'30d', '12h', '2w', '90m' -> a positive timedelta; ConfigError otherwise."""
-    m = _SINCE.fullmatch(text.strip())
-    if m is None or float(m.group(1)) <= 0:
-        raise ConfigError(
-            f"{option} must be a positive duration like 30d, 12h or 2w, not {text[:40]!r}"
-        )
-    seconds = float(m.group(1)) * _UNIT_S[m.group(2)]
-    check_days(seconds / 86400, option)  # 1e15d would overflow datetime arithmetic
-    return timedelta(seconds=seconds)
+    return parse_duration(text, option)
 
 
 def _output_flags(p: argparse.ArgumentParser) -> None:
@@ -90,7 +78,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     if args.command == "runs":
         check_limit(args.limit)
     if args.command == "show":
-        check_count(args.run_id, "RUN")  # an id beyond 2^63 overflows SQLite's integer
+        check_id(args.run_id, "RUN")  # an id beyond 2^63 overflows SQLite's integer
     policy = load_policy(args.config)
     now = datetime.now(UTC)
     rows: Sequence[object]

@@ -14,18 +14,17 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 from rich.table import Table
 
-from screener.cli.common import Subparsers
+from screener.cli.common import Subparsers, job_id_arg, parse_duration
 from screener.errors import ConfigError
 from screener.policy import load_policy
 
 if TYPE_CHECKING:
     from screener.ingest.service import Ingested
 
-# Slurm job ids: 1234, array task 1234_7, het component 1234+1.
-_JOB_ID = re.compile(r"[0-9]{1,20}(?:[_+][0-9]{1,10})?")
 _PARTITION = re.compile(r"[A-Za-z0-9_.-]{1,64}")
-_SINCE = re.compile(r"([0-9]+(?:\.[0-9]+)?)([hdw])")
-_UNIT_H = {"h": 1.0, "d": 24.0, "w": 168.0}
+MAX_RANKS_PER_NODE = 65_536
+MAX_RANKS = 4_000_000  # nodes x ranks per node: the layout is one entry per rank
+EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def register(sub: Subparsers) -> None:
@@ -48,7 +47,7 @@ def register(sub: Subparsers) -> None:
     out = i.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="print JSON only")
     out.add_argument("--csv", action="store_true", help="print CSV only")
-    i.set_defaults(handler=run_ingest)
+    i.set_defaults(handler=run_ingest, intermixed="files")  # FILEs may follow the options
 
     j = sub.add_parser("job", help="a job's ingested figures, per node and phase")
     j.add_argument("job_id", metavar="JOBID")
@@ -62,32 +61,39 @@ def register(sub: Subparsers) -> None:
     a.set_defaults(handler=run_accuracy)
 
 
-def job_id_arg(text: str) -> str:
-    """A Slurm job id, else ConfigError."""
-    if not _JOB_ID.fullmatch(text):
-        raise ConfigError(f"invalid job id {text!r}: expected e.g. 1234, 1234_7 or 1234+1")
-    return text
-
-
 def since_arg(text: str, now: datetime) -> datetime:
-    """'30d' -> now minus 30 days (h, d, w), else ConfigError."""
-    m = _SINCE.fullmatch(text.strip())
-    if m is None or float(m.group(1)) <= 0:
-        raise ConfigError(f"invalid --since {text!r}: expected e.g. 12h, 30d or 2w")
-    return now - timedelta(hours=float(m.group(1)) * _UNIT_H[m.group(2)])
+    """'30d' -> now minus 30 days (the one duration parser), else ConfigError."""
+    return now - parse_duration(text, "--since")
 
 
 def observed_arg(text: str | None, now: datetime) -> datetime:
-    """--observed-at as an aware datetime (default now)."""
+    """--observed-at as an aware datetime (default now): from 1970 to a day from now."""
     if text is None:
         return now
     try:
-        at = datetime.fromisoformat(text)
-    except ValueError:
-        raise ConfigError(f"invalid --observed-at {text!r}: use ISO 8601") from None
-    if at.tzinfo is None:
-        raise ConfigError(f"--observed-at {text!r} needs a time zone (e.g. +00:00)")
-    return at.astimezone(UTC)
+        at = datetime.fromisoformat(text).astimezone(UTC)
+    except (ValueError, OverflowError):  # year 1 at +23:59 or 9999 at -23:59 overflow
+        raise ConfigError(f"invalid --observed-at {text[:40]!r}: use ISO 8601") from None
+    if datetime.fromisoformat(text).tzinfo is None:
+        raise ConfigError(f"--observed-at {text[:40]!r} needs a time zone (e.g. +00:00)")
+    if not EARLIEST <= at <= now + timedelta(days=1):
+        raise ConfigError(f"--observed-at {text[:40]!r} is not between 1970 and now")
+    return at
+
+
+def check_layout(nodes: str | None, ranks_per_node: int | None) -> None:
+    """--nodes and --ranks-per-node together, and a layout of at most MAX_RANKS ranks."""
+    from screener.nodes import count_nodes
+
+    if (nodes is None) != (ranks_per_node is None):
+        raise ConfigError("give --nodes and --ranks-per-node together")
+    if nodes is None or ranks_per_node is None:
+        return
+    if not 1 <= ranks_per_node <= MAX_RANKS_PER_NODE:
+        got = str(ranks_per_node)[:24]
+        raise ConfigError(f"--ranks-per-node must be within 1..{MAX_RANKS_PER_NODE}, got {got}")
+    if count_nodes(nodes) * ranks_per_node > MAX_RANKS:
+        raise ConfigError(f"--nodes x --ranks-per-node is more than {MAX_RANKS:,} ranks")
 
 
 def run_ingest(args: argparse.Namespace, console: Console) -> int:
@@ -98,8 +104,7 @@ def run_ingest(args: argparse.Namespace, console: Console) -> int:
     job = job_id_arg(args.job_id)
     if args.partition is not None and not _PARTITION.fullmatch(args.partition):
         raise ConfigError(f"invalid partition {args.partition!r}")
-    if (args.nodes is None) != (args.ranks_per_node is None):
-        raise ConfigError("give --nodes and --ranks-per-node together")
+    check_layout(args.nodes, args.ranks_per_node)
     if bool(args.files) == (args.dir is not None):
         raise ConfigError("give the job's output FILEs or --dir DIR (one of the two)")
     paths = args.files or outputs_near(args.dir, job)

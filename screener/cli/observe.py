@@ -9,7 +9,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from screener.cli.common import Subparsers
+from screener.cli.common import Subparsers, check_id
 from screener.errors import ConfigError
 from screener.policy import load_policy
 
@@ -71,6 +71,7 @@ def report(args: argparse.Namespace, console: Console) -> int:
     from screener import app, htmlreport
     from screener.store import views
 
+    check_id(args.run_id, "RUN")  # an id beyond 2^63 overflows the database's integer
     policy = load_policy(args.config)
     out: Path = args.html
     if not out.absolute().parent.is_dir():

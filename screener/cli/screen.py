@@ -7,8 +7,8 @@ import sys
 
 from rich.console import Console
 
-from screener.cli.common import EXIT_SLOW, Subparsers
-from screener.errors import ConfigError, ScreenerError, StoreError
+from screener.cli.common import EXIT_SLOW, Subparsers, check_deadline, job_id_arg
+from screener.errors import ScreenerError, StoreError
 from screener.model import Trigger
 from screener.policy import load_policy
 from screener.spool import SPOOLED_NOTE
@@ -37,6 +37,9 @@ def register(sub: Subparsers) -> None:
 def run(args: argparse.Namespace, console: Console) -> int:
     from screener import app, report
 
+    check_deadline(args.deadline)  # inf would overflow the event loop's timer
+    if args.job_id is not None:
+        job_id_arg(args.job_id, "--job-id")  # what `screener job` would refuse later
     policy = app.screen_policy(
         load_policy(args.config),
         local=args.local,
@@ -44,8 +47,6 @@ def run(args: argparse.Namespace, console: Console) -> int:
         transport=args.transport,
         confirm=not args.no_confirm,
     )
-    if args.deadline is not None and not args.deadline > 0:
-        raise ConfigError("--deadline must be > 0 seconds")
     nodes = app.resolve_nodes(args.nodeset, args.local)
     with report.progress(console, len(nodes), enabled=not args.json) as on_done:
         result = app.run_screen(
