@@ -47,10 +47,13 @@ def exporter(args: argparse.Namespace, console: Console) -> int:
     from screener import app
     from screener.metrics import StoreCollector, parse_listen, serve, write_textfile
     from screener.metrics.accuracy import AccuracyCollector
+    from screener.metrics.exporter import check_textfile
 
     policy = load_policy(args.config)
     if args.textfile is None:
         parse_listen(args.listen)  # a bad --listen fails before the store is opened
+    else:
+        check_textfile(args.textfile)  # so does a device, a directory or a missing directory
     if not args.reuse_seconds >= 0:  # also refuses nan
         raise ConfigError(f"--reuse-seconds must be >= 0, not {args.reuse_seconds}")
     with app.open_results(policy) as store:

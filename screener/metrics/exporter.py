@@ -15,6 +15,7 @@ import gzip
 import ipaddress
 import os
 import socket
+import stat
 import tempfile
 import threading
 from collections.abc import Callable, Iterable
@@ -105,13 +106,41 @@ def serve(registry: CollectorRegistry, listen: str, stop: threading.Event) -> No
         server.server_close()
 
 
-def write_textfile(registry: CollectorRegistry, path: Path) -> None:
-    """Write the metrics to ``path`` atomically (temp file in the same directory, then
-    rename), so node_exporter's textfile collector never reads a half-written file."""
-    data = render(registry)
+def check_textfile(path: Path) -> None:
+    """Refuse (ConfigError, one line) anything but a regular file or a new name in an
+    existing directory: the write replaces ``path`` by rename, which as root would turn
+    /dev/full or a FIFO into a regular file, or follow nothing for a symlink."""
     directory = path.absolute().parent
     if not directory.is_dir():
         raise ConfigError(f"textfile directory {directory} does not exist")
+    try:
+        mode = path.lstat().st_mode
+    except FileNotFoundError:
+        return  # a new name: created by the rename
+    except OSError as exc:
+        raise ConfigError(f"cannot use textfile {path}: {exc.strerror}") from None
+    if not stat.S_ISREG(mode):
+        kind = _KINDS.get(stat.S_IFMT(mode), "not a regular file")
+        raise ConfigError(f"textfile {path} is {kind}: give a regular file or a new name")
+
+
+_KINDS = {
+    stat.S_IFDIR: "a directory",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+    stat.S_IFIFO: "a FIFO",
+    stat.S_IFSOCK: "a socket",
+    stat.S_IFLNK: "a symbolic link",
+}
+
+
+def write_textfile(registry: CollectorRegistry, path: Path) -> None:
+    """Write the metrics to ``path`` atomically (temp file in the same directory, then
+    rename), so node_exporter's textfile collector never reads a half-written file.
+    Only a regular file or a new name is written (check_textfile)."""
+    check_textfile(path)
+    data = render(registry)
+    directory = path.absolute().parent
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
@@ -119,6 +148,7 @@ def write_textfile(registry: CollectorRegistry, path: Path) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.chmod(tmp, 0o644)  # node_exporter usually runs as another user
+        check_textfile(path)  # again, just before the rename (it may have changed meanwhile)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
