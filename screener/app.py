@@ -241,17 +241,17 @@ def _run(
 
 async def _recover(transport: Transport, policy: Policy, store: spool.SpoolingStore | None) -> None:
     """Finish the bookkeeping of screens that were killed (SIGKILL, reboot): stop what they
-    left running on their nodes, mark their runs failed, drop their live markers."""
+    left running on their nodes, mark their runs failed, then drop their live markers (a
+    marker stays until its run is marked, e.g. while the database is down)."""
     spool_dir = policy.store.spool_dir
     for path, doc in live.stale_runs(spool_dir):
         tag, stale_nodes = str(doc.get("uid", "")), [str(n) for n in doc.get("nodes", [])]
         with contextlib.suppress(Exception):
             async with asyncio.timeout(CLEANUP_TIMEOUT_S + 2):
                 await kill_tagged(transport, stale_nodes, tag)
-        if store is not None and store.store is not None:
-            with contextlib.suppress(StoreError):
-                live.finish_stale(store.store, doc, datetime.now(UTC))
-        path.unlink(missing_ok=True)
+        db = store.store if store is not None else None
+        if live.finish_stale(db, doc, datetime.now(UTC)):
+            path.unlink(missing_ok=True)  # kept while the DB is down: the next run finishes it
 
 
 def open_results(policy: Policy) -> Store:

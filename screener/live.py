@@ -14,6 +14,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from screener.errors import StoreError
 from screener.spool import _Store
 
 LIVE_PREFIX = "live-"
@@ -77,11 +78,21 @@ def stale_runs(spool_dir: str) -> list[tuple[Path, dict[str, Any]]]:
     return out
 
 
-def finish_stale(store: _Store, doc: dict[str, Any], at: datetime) -> None:
+def finish_stale(store: _Store | None, doc: dict[str, Any], at: datetime) -> bool:
     """Mark the DB run of a killed screen failed, unless it got to finish (the spool file, if
-    any, is replayed separately and closes its own run)."""
+    any, is replayed separately and closes its own run). True once the run's bookkeeping is
+    done, so its marker may go; False while the database that holds the run cannot be
+    reached or refuses the write (``store`` None: the DB is down), so the next run retries.
+    """
     run_id = doc.get("run_id")
-    if isinstance(run_id, int) and run_id > 0:
+    if not (isinstance(run_id, int) and run_id > 0):
+        return True  # the DB never held the run: nothing to mark
+    if store is None:
+        return False
+    try:
         found = store.spooled_run(str(doc["uid"]), None)
         if found is not None and found[1] == "running":
             store.finish_run(found[0], at, "failed")
+    except StoreError:
+        return False
+    return True
