@@ -9,7 +9,7 @@ import enum
 import io
 import json
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -113,13 +113,32 @@ def duration(seconds: float) -> str:
     return f"{s // 86400}d{s % 86400 // 3600:02d}h"
 
 
+def _mb_s(value: float) -> str:
+    return f"{value:,.1f}"
+
+
+# Columns whose numbers carry a unit, declared by field name: (table header, formatter).
+# Never guessed from the name: "*_s" read as seconds showed throughput_bytes_s as
+# "53226d13h" and read_mb_s as "50m". Other numbers print as plain figures.
+COLUMN_UNITS: dict[str, tuple[str, Callable[[float], str]]] = {
+    "age_s": ("age", duration),
+    "ttr_median_s": ("ttr_median", duration),
+    "ttr_max_s": ("ttr_max", duration),
+    "read_mb_s": ("read MB/s", _mb_s),
+    "write_mb_s": ("write MB/s", _mb_s),
+    "peer_read_median_mb_s": ("peer read median MB/s", _mb_s),
+    "throughput_bytes_s": ("throughput MB/s", lambda v: _mb_s(v / 1e6)),
+}
+
+
 def _cell(value: object, name: str = "") -> str:
     if value is None:
         return "-"
     if isinstance(value, bool):
         return "yes" if value else "no"
-    if isinstance(value, float) and name.endswith("_s"):
-        return duration(value)
+    unit = COLUMN_UNITS.get(name)
+    if unit is not None and isinstance(value, int | float):
+        return unit[1](float(value))
     if isinstance(value, tuple):
         return ",".join(str(v) for v in value) or "-"
     if isinstance(value, float):
@@ -139,7 +158,7 @@ def rows_table(title: str, rows: Sequence[object]) -> Table:
         return table
     names = [f.name for f in dataclasses.fields(rows[0])]  # type: ignore[arg-type]
     for name in names:
-        table.add_column(name, overflow="fold")
+        table.add_column(COLUMN_UNITS[name][0] if name in COLUMN_UNITS else name, overflow="fold")
     for row in rows:
         table.add_row(*(_cell(getattr(row, n), n) for n in names))
     return table
