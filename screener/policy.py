@@ -147,6 +147,13 @@ class IngestPolicy:
     dir_pattern: str = ""  # else, for screened jobs: e.g. "/shared/ior/{user}" ({user} {job_id})
     drain: bool = False  # drain an in-job read outlier (same guard, resume rule as the prolog)
     drain_tag: str = "screener-job:"  # its own drain-reason tag (1-16 printable chars)
+    # Evidence that survives noise (docs/ingest.md): a phase is judged only when it lasted
+    # min_phase_s (its slowest node) and the job's median node moved min_phase_mib; a node
+    # is slow in a phase when an outlier in most judged iterations, or in one at <= this ratio.
+    min_phase_s: float = 0.5
+    min_phase_mib: float = 16.0
+    decisive_ratio: float = 0.1
+    min_iostat_samples: int = 3  # epilog's in-job iostat: judge nodes that read this often
 
 
 @dataclass(frozen=True)
@@ -348,6 +355,13 @@ def _slurm_checks(p: Policy) -> list[tuple[bool, str]]:
             _pattern_ok(p.ingest.dir_pattern),
             "ingest.dir_pattern: an absolute path using "
             "only {user} and {job_id} placeholders, no '..'",
+        ),
+        (0 <= p.ingest.min_phase_s <= 86400, "ingest.min_phase_s must be within 0..86400"),
+        (0 <= p.ingest.min_phase_mib <= 1 << 30, "ingest.min_phase_mib must be within 0..2^30"),
+        (0 < p.ingest.decisive_ratio < 1, "ingest.decisive_ratio must be in (0, 1)"),
+        (
+            1 <= p.ingest.min_iostat_samples <= 100000,
+            "ingest.min_iostat_samples must be within 1..100000",
         ),
         (p.slurm.command_timeout_s > 0, "slurm.command_timeout_s must be > 0"),
         (0 < len(tag) <= 16 and tag.isprintable(), "slurm.tag must be 1-16 printable chars"),

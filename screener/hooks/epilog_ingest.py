@@ -20,7 +20,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from screener.errors import ConfigError, ScreenerError
-from screener.hooks.actions import apply_drains
+from screener.hooks.actions import acting, apply_drains
 from screener.hooks.decide import plan_drains
 from screener.hooks.logging import HookLog
 from screener.ingest.files import MAX_BYTES, outputs_near
@@ -187,9 +187,20 @@ def drain_outliers(
     url = database_url(policy)
     with open_store(url, upgrade=url.startswith("sqlite")) as store:
         records = SlurmRecords(store)
-        since = now - timedelta(seconds=policy.slurm.partition_window_s)
-        recent = len(records.drains_since(partition, since)) if todo and partition else 0
-        plan = plan_drains(todo, len(job.nodes), len(partition), recent, policy.slurm)
-        return apply_drains(
-            plan, client, records, None, Trigger.JOB, job.job_id, now, policy.slurm.dry_run, log
-        )
+        # Under the actions lock, as the prolog: the guard counts concurrent runs' drains
+        # and no two runs drain the same node (the count and the drains go together).
+        with acting(records):
+            since = now - timedelta(seconds=policy.slurm.partition_window_s)
+            recent = len(records.drains_since(partition, since)) if todo and partition else 0
+            plan = plan_drains(todo, len(job.nodes), len(partition), recent, policy.slurm)
+            return apply_drains(
+                plan,
+                client,
+                records,
+                None,
+                Trigger.JOB,
+                job.job_id,
+                now,
+                policy.slurm.dry_run,
+                log,
+            )
