@@ -185,7 +185,7 @@ def _persistent(figures: Sequence[Figure], rules: IngestPolicy) -> tuple[list[Fi
         notes.append(
             f"{node} {phase.value}: an outlier in {len(bad)} of {len(judged)} judged "
             f"iterations (worst {worst:.2f}x job median), neither most of them nor "
-            f"<= {rules.decisive_ratio:g}x in one: taken for noise"
+            f"<= {rules.decisive_ratio:g}x in one: not counted"
         )
     kept = [
         dataclasses.replace(f, outlier=False)
@@ -225,6 +225,11 @@ def _mb(bw: float) -> str:
     return f"{bw / 1e6:,.0f} MB/s" if bw >= 1e6 else f"{bw / 1e6:.2f} MB/s"
 
 
+def _x(ratio: float) -> str:
+    """A ratio to the job's median: two decimals, or one significant digit below 0.01."""
+    return f"{ratio:.2f}x" if ratio >= 0.01 else f"{ratio:.1g}x"
+
+
 def _slow_nodes(figures: Sequence[Figure]) -> list[SlowNode]:
     """Nodes with an outlier read phase, with the worst iteration in the reason."""
     reads = [f for f in figures if f.node is not None and f.phase is Phase.READ]
@@ -236,7 +241,7 @@ def _slow_nodes(figures: Sequence[Figure]) -> list[SlowNode]:
         assert worst.ratio is not None and worst.z is not None
         median = worst.throughput_bytes_s / worst.ratio
         reason = (
-            f"in-job read {_mb(worst.throughput_bytes_s)} = {worst.ratio:.2f}x job median "
+            f"in-job read {_mb(worst.throughput_bytes_s)} = {_x(worst.ratio)} job median "
             f"{_mb(median)} (z={worst.z:.1f}) in {len(bad)} of {iterations} judged iterations"
         )
         out.append(SlowNode(node, reason))
