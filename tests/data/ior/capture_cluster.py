@@ -10,10 +10,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
-from deploy.minicluster import Cluster, ClusterHandle  # noqa: E402
-from deploy.minicluster.slots import claim_slot  # noqa: E402
-from tests.hooked_cluster import pace_devices  # noqa: E402
-from tests.ior_job import submit_ior, wait_ior  # noqa: E402
+from deploy.minicluster import Cluster, ClusterHandle
+from deploy.minicluster.slots import claim_slot
+from tests.hooked_cluster import pace_devices
+from tests.ior_job import submit_ior, wait_ior
 
 
 def main(out: Path) -> None:
