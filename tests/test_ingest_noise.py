@@ -141,3 +141,21 @@ def test_accuracy_counts_no_miss_for_noise_and_names_the_short_phases(db_store: 
         ("1", "write too short to judge in iteration(s) 0, 1"),
         ("2", "write too short to judge in iteration(s) 0, 1"),
     ]
+
+
+def test_a_replacing_ingest_keeps_the_in_job_iostat_episode(db_store: Store) -> None:
+    """The epilog stores in-job iostat (episode "in-job r_await ...") and then ingests with
+    replace: a requeued job's second ingest must remove only the ingest's own episodes."""
+    from screener.store.slurm_records import SlurmRecords
+
+    at = datetime(2026, 11, 20, 12, 0, tzinfo=UTC)
+    figures = judged("throttled")
+    head = IngestHead("2", "debug", "node[01-04]", "block", ("x",), figures.notes, at)
+    rows, slow = store_rows(figures)
+    record_ingest(db_store, head, rows, slow, now=at)
+    records = SlurmRecords(db_store)
+    iostat = "in-job r_await 266ms vs job median 0.4ms (util 67%, 9 samples)"
+    assert records.open_episode("node04", Trigger.JOB, at, iostat, None, "2")
+    record_ingest(db_store, head, rows, slow, now=at + timedelta(minutes=1), replace=True)
+    assert [e[3] for e in records.episodes("node04")] == ["2"]  # still there
+    assert len(records.episodes("node02")) == 1  # the ingest's own, replaced once

@@ -31,8 +31,9 @@ from screener.store.schema import (
 from screener.store.store import Store
 
 # Reason prefix of the episodes ingest writes (SlowNode reasons start with it), so a
-# --replace removes only those, never another writer's trigger-"job" episodes.
-EPISODE_PREFIX = "in-job "
+# --replace removes only those, never another writer's trigger-"job" episodes (the
+# epilog's in-job iostat writes "in-job r_await ..." for the same job just before).
+EPISODE_PREFIX = "in-job read "
 
 
 @dataclass(frozen=True)
