@@ -3,7 +3,8 @@ job's nodes) and EpilogSlurmctld (ingests the job's fio outputs from the directo
 comment names, with the rank layout from `scontrol show job`). One node is slowed after
 the prolog passed it: the epilog's ingest finds it, drains it with the in-job tag
 ([ingest] drain = true), `screener resume` may undo that drain, and `screener accuracy`
-counts one miss; a job on healthy nodes records none."""
+counts one miss; a job on healthy nodes records none; a job shorter than one in-job
+iostat interval gets a log line that says so."""
 
 from __future__ import annotations
 
@@ -254,3 +255,36 @@ def test_in_job_drain_is_held_by_the_mass_drain_guard(site: dict[str, Any]) -> N
         job,
     )
     assert episodes == [(slow,)]
+
+
+def test_epilog_says_iostat_ran_when_the_job_was_shorter_than_an_interval(
+    site: dict[str, Any],
+) -> None:
+    """A screened job that ends before in-job iostat's first interval: the real epilog says
+    iostat ran and why there is no sample (it used to say "not started")."""
+    cluster = site["cluster"]
+    write_config(
+        site["config"],
+        cluster,
+        f"sqlite:///{site['db']}",
+        site["log"],
+        prolog={"fresh_s": 0.0, "iostat_interval_s": 60},
+    )
+    nodes = cluster.nodes[:3]
+    job = sbatch(
+        cluster,
+        "-N",
+        "3",
+        "-w",
+        ",".join(nodes),
+        "--comment",
+        "screener=on",
+        "-o",
+        str(site["out"] / "short.%j.out"),
+        "--wrap",
+        "true",
+    )
+    assert wait_job(cluster, job)["job_state"] == "COMPLETED", site["log"].read_text()
+    want = f"job {job}: iostat ran on node[01-03]; job shorter than one 60-s interval: no sample"
+    _wait_for("the epilog's line", lambda: want in site["log"].read_text())
+    assert "(not started)" not in site["log"].read_text()
