@@ -159,3 +159,16 @@ def test_a_replacing_ingest_keeps_the_in_job_iostat_episode(db_store: Store) -> 
     record_ingest(db_store, head, rows, slow, now=at + timedelta(minutes=1), replace=True)
     assert [e[3] for e in records.episodes("node04")] == ["2"]  # still there
     assert len(records.episodes("node02")) == 1  # the ingest's own, replaced once
+
+
+def test_the_epilog_line_names_the_phases_too_short_to_judge() -> None:
+    from screener.hooks.epilog_ingest import ingested_line
+    from screener.ingest.service import Ingested
+
+    line = ingested_line(Ingested("1", judged("healthy"), "block", 7), "comment names X")
+    assert line == (
+        "job 1: ingested (comment names X) as ingest 7; in-job slow: none; read too short "
+        "to judge in iteration(s) 0, 1; write too short to judge in iteration(s) 0, 1"
+    )
+    line = ingested_line(Ingested("2", judged("throttled"), "block", 8), "comment names X")
+    assert "in-job slow: node02; write too short" in line
