@@ -63,7 +63,9 @@ def test_real_ior_short_healthy_phases_give_no_episode(
     assert {r["node"] for r in records if r["node"]} == set(nodes)
     notes = doc["notes"]
     assert isinstance(notes, list)
-    assert any(str(n).startswith("read too short to judge in iteration(s) 0, 1:") for n in notes)
+    # a few ms per read phase (0, 1 here): said, not judged (a CPU stall of 0.5 s on this
+    # shared host could make one judgeable, hence the prefix only)
+    assert any(str(n).startswith("read too short to judge in iteration(s)") for n in notes)
 
 
 def test_real_ior_throttled_node_gets_the_episode(
