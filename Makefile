@@ -14,7 +14,7 @@ APT_STAMP := $(VENV)/.apt-stamp
 PIP_STAMP := $(VENV)/.pip-stamp
 PG_VERSION_DIR := $(shell ls /etc/postgresql 2>/dev/null | head -n1)
 
-.PHONY: deps apt venv demo test lint typecheck unit postgres bench bench-fleet cluster-down clean
+.PHONY: deps apt venv ior demo test lint typecheck unit postgres bench bench-fleet cluster-down clean
 
 deps: apt venv
 
@@ -48,7 +48,22 @@ lint: venv
 typecheck: venv
 	$(VENV)/bin/mypy  # screener/ and deploy/, strict (pyproject.toml)
 
-test: deps postgres lint typecheck
+# Real IOR for the in-job attribution test (not packaged: built once from ../shared/vendor).
+IOR_APT_PKGS := build-essential autoconf automake libtool pkg-config openmpi-bin libopenmpi-dev
+IOR_TARBALL ?= $(firstword $(wildcard ../shared/vendor/ior-5fcf0ba.tar.gz ../../shared/vendor/ior-5fcf0ba.tar.gz))
+ior:
+	@if [ ! -x /opt/ior/bin/ior ]; then \
+	  missing=""; for p in $(IOR_APT_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	  if [ -n "$$missing" ]; then \
+	    echo "installing:$$missing"; \
+	    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing || exit 1; \
+	  fi; \
+	  [ -n "$(IOR_TARBALL)" ] || { echo "ior: ../shared/vendor/ior-5fcf0ba.tar.gz not found"; exit 1; }; \
+	  src=$$(mktemp -d) && tar xzf $(IOR_TARBALL) -C $$src && cd $$src/ior-5fcf0ba && \
+	  ./bootstrap && ./configure --prefix=/opt/ior && $(MAKE) -j2 && $(MAKE) install && rm -rf $$src; \
+	fi
+
+test: deps postgres ior lint typecheck
 	$(PY) -m pytest -ra --durations=30
 
 unit: venv

@@ -147,6 +147,13 @@ class IngestPolicy:
     dir_pattern: str = ""  # else, for screened jobs: e.g. "/shared/ior/{user}" ({user} {job_id})
     drain: bool = False  # drain an in-job read outlier (same guard, resume rule as the prolog)
     drain_tag: str = "screener-job:"  # its own drain-reason tag (1-16 printable chars)
+    # Evidence that survives noise (docs/ingest.md): a phase is judged only when it lasted
+    # min_phase_s (its slowest node) and the job's median node moved min_phase_mib; a node
+    # is slow in a phase when an outlier in most judged iterations, or in one at <= this ratio.
+    min_phase_s: float = 0.5
+    min_phase_mib: float = 16.0
+    decisive_ratio: float = 0.1
+    min_iostat_samples: int = 3  # epilog's in-job iostat: judge nodes that read this often
 
 
 @dataclass(frozen=True)
@@ -305,13 +312,13 @@ _BOUNDS: dict[str, tuple[float, float, bool]] = {
     "verdict.tail_floor_ms": (0, 1e9, False),
     "verdict.confirm_references": (0, 10_000, False),
     "transport.concurrency": (1, 65536, False),
-    "transport.connect_timeout_s": (0, 3600, True),
-    "transport.command_timeout_s": (0, _MAX_SECONDS, True),
-    "slurm.command_timeout_s": (0, 3600, True),
+    "transport.connect_timeout_s": (0.1, 3600, False),
+    "transport.command_timeout_s": (1, _MAX_SECONDS, False),
+    "slurm.command_timeout_s": (1, 3600, False),
     "slurm.max_drain_fraction": (0, 1, True),
     "slurm.partition_max_drain_fraction": (0, 1, True),
     "slurm.partition_window_s": (0, _YEAR, False),
-    "prolog.budget_s": (0, _DAY, True),
+    "prolog.budget_s": (1, _DAY, False),
     "prolog.fresh_s": (0, _YEAR, False),
     "prolog.flaky_window_s": (0, _YEAR, False),
     "prolog.iostat_interval_s": (1, 3600, False),
@@ -323,6 +330,10 @@ _BOUNDS: dict[str, tuple[float, float, bool]] = {
     "sweep.deep_window": (2, 1000, False),
     "sweep.deep_max_excursion": (0, 10, True),
     "sweep.deep_max_slope": (0, 10, True),
+    "ingest.min_phase_s": (0, _DAY, False),
+    "ingest.min_phase_mib": (0, 1 << 30, False),
+    "ingest.decisive_ratio": (0, 1, True),
+    "ingest.min_iostat_samples": (1, 100_000, False),
 }
 # A numeric key added without a line above still gets these (finite, and an integer that
 # fits SQLite), so no new key can carry 1e300 or a 30-digit integer into the code.
@@ -419,7 +430,10 @@ def _slurm_checks(p: Policy) -> list[tuple[bool, str]]:
             regex_ok,
             f"prolog.job_name_regex is not a valid regex: {shorten(p.prolog.job_name_regex)!r}",
         ),
-        (p.sweep.deep_max_rounds >= p.sweep.deep_window, "sweep.deep_max_rounds >= deep_window"),
+        (
+            p.sweep.deep_max_rounds >= p.sweep.deep_window,
+            "sweep.deep_max_rounds must be >= sweep.deep_window",
+        ),
     ]
 
 

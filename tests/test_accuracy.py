@@ -140,10 +140,11 @@ def test_accuracy_from_the_store_counts_the_miss(db_store: Store) -> None:
     assert {v.job_id for v in verdicts} == {"500", "501"} and len(verdicts) == 8
     jobs = {c.job_id: c for c in compare_all(rows, verdicts)}
     assert jobs["500"].miss == ("node03",) and len(jobs["500"].stayed_ok) == 3
-    assert jobs["501"].miss == () and len(jobs["501"].stayed_ok) == 4
+    # 501's healthy read phases lasted ~30 ms: too short to judge ([ingest] min_phase_s)
+    assert jobs["501"].miss == () and len(jobs["501"].not_judged) == 4
     assert not jobs["502"].screened
     (total,) = summarize(list(jobs.values()), "partition")
-    assert (total.jobs, total.screened_jobs, total.misses, total.passed) == (3, 2, 1, 8)
+    assert (total.jobs, total.screened_jobs, total.misses, total.passed) == (3, 2, 1, 4)
     assert in_job_reads(db_store, T0 + timedelta(minutes=30)) != rows  # window applies
 
 

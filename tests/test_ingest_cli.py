@@ -96,6 +96,10 @@ def test_ingest_slow_run_records_figures_and_one_in_job_episode(db_url: str) -> 
         ("node03", 0),
         ("node03", 1),
     ]
+    table = cli(db_url, "job", "4242")  # the stored notes: which phases went unjudged
+    assert table.returncode == 0 and "note: write too short to judge in iteration(s) 0, 1:" in (
+        " ".join(table.stdout.split())
+    )
     missing = cli(db_url, "job", "4243")
     assert missing.returncode == 1 and "has not been ingested" in missing.stderr
 
@@ -106,7 +110,9 @@ def test_ingest_slow_run_records_figures_and_one_in_job_episode(db_url: str) -> 
 
     replaced = cli(db_url, "ingest", "4242", *NORMAL_RUN, *LAYOUT, "--replace")
     assert replaced.returncode == 0, replaced.stderr
-    assert "no node was an in-job outlier" in replaced.stdout
+    # its ~30 ms read phases are too short to judge: no episode, and the output says why
+    assert "no phase was judged" in replaced.stdout
+    assert "note: read too short to judge in iteration(s) 0, 1:" in replaced.stdout
     assert episodes(db_url) == [] and count(db_url, JobIngestRecord) == 1
 
 
@@ -164,9 +170,14 @@ def test_accuracy_counts_one_miss_and_says_what_it_cannot_know(db_url: str) -> N
     doc = json.loads(out.stdout)
     (row,) = doc["rows"]  # the 40-day-old job is outside the default 30d window
     assert row["group"] == "batch" and row["jobs"] == 2 and row["misses"] == 1
-    assert row["passed"] == 8 and row["missed_nodes"] == "node03"
+    assert row["passed"] == 4 and row["missed_nodes"] == "node03"  # 601 had 30 ms reads
+    assert row["not_judged"] == 4
     assert any("cannot be known" in line for line in doc["cannot_know"])
+    short = [(s["job_id"], s["note"].split(":")[0]) for s in doc["too_short"]]
+    assert ("601", "read too short to judge in iteration(s) 0, 1") in short
+    assert all(job == "601" or "write" in note for job, note in short)  # 600's reads judged
     wide = json.loads(cli(db_url, "accuracy", "--since", "60d", "--by", "job", "--json").stdout)
     assert [r["group"] for r in wide["rows"]] == ["500", "600", "601"]
     table = cli(db_url, "accuracy")
     assert table.returncode == 0 and "node03" in table.stdout and "cannot know" in table.stdout
+    assert "not judged: job 601: read too short to judge" in table.stdout

@@ -3,7 +3,9 @@ job's nodes) and EpilogSlurmctld (ingests the job's fio outputs from the directo
 comment names, with the rank layout from `scontrol show job`). One node is slowed after
 the prolog passed it: the epilog's ingest finds it, drains it with the in-job tag
 ([ingest] drain = true), `screener resume` may undo that drain, and `screener accuracy`
-counts one miss; a job on healthy nodes records none."""
+counts one miss; a job on healthy nodes records none; a job shorter than one in-job
+iostat interval gets a log line that says so; and jobs/ior.sbatch with real IOR goes through
+both hooks (its short phases are not judged, and the epilog says so)."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from typing import Any
 import pytest
 
 from deploy.minicluster import ClusterHandle
+from screener.nodes import fold_nodes
 from screener.store import open_store
 from tests.hooked_cluster import (
     hooked_cluster,
@@ -27,6 +30,7 @@ from tests.hooked_cluster import (
     wait_job,
     write_config,
 )
+from tests.ior_job import missing_ior, submit_ior, wait_ior
 
 pytestmark = pytest.mark.cluster
 
@@ -254,3 +258,66 @@ def test_in_job_drain_is_held_by_the_mass_drain_guard(site: dict[str, Any]) -> N
         job,
     )
     assert episodes == [(slow,)]
+
+
+def test_epilog_says_iostat_ran_when_the_job_was_shorter_than_an_interval(
+    site: dict[str, Any],
+) -> None:
+    """A screened job that ends before in-job iostat's first interval: the real epilog says
+    iostat ran and why there is no sample (it used to say "not started")."""
+    cluster = site["cluster"]
+    write_config(
+        site["config"],
+        cluster,
+        f"sqlite:///{site['db']}",
+        site["log"],
+        prolog={"fresh_s": 0.0, "iostat_interval_s": 60},
+    )
+    nodes = cluster.nodes[:3]
+    job = sbatch(
+        cluster,
+        "-N",
+        "3",
+        "-w",
+        ",".join(nodes),
+        "--comment",
+        "screener=on",
+        "-o",
+        str(site["out"] / "short.%j.out"),
+        "--wrap",
+        "true",
+    )
+    assert wait_job(cluster, job)["job_state"] == "COMPLETED", site["log"].read_text()
+    want = (
+        f"job {job}: iostat ran on {fold_nodes(nodes)}; job shorter than one 60-s interval:"
+        " no sample"
+    )
+    _wait_for("the epilog's line", lambda: want in site["log"].read_text())
+    assert "(not started)" not in site["log"].read_text()
+
+
+def test_real_ior_job_through_the_real_hooks(site: dict[str, Any]) -> None:
+    """jobs/ior.sbatch with real IOR (`make ior`): the prolog screens the nodes, the script
+    names its output directory in its comment, and the epilog ingests IOR's CSV with the
+    layout from Slurm; 16 MiB per rank reads in a few ms: too short to judge, no episode,
+    and the epilog's line says so."""
+    why = missing_ior()
+    if why is not None:
+        pytest.skip(why)
+    cluster, out = site["cluster"], site["out"]
+    nodes = cluster.nodes[:4]
+    job = submit_ior(cluster, out, nodes, "16m", 2)
+    wait_ior(cluster, job, out)
+    _wait_for(
+        "the epilog's ingest",
+        lambda: _query(site["db"], "select id from job_ingests where job_id = ?", job),
+    )
+    log = site["log"].read_text()
+    assert _prolog_verdicts(site["db"], job) == dict.fromkeys(nodes, "OK"), log
+    line = next(ln for ln in log.splitlines() if f"job {job}: ingested" in ln)
+    assert f"(comment names screener_out={out})" in line
+    assert "in-job slow: none; read too short to judge in iteration(s)" in line, line
+    episodes = _query(
+        site["db"], "select 1 from episodes where \"trigger\" = 'job' and job_id = ?", job
+    )
+    assert episodes == []

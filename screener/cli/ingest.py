@@ -162,30 +162,34 @@ def _table(done: Ingested) -> Table:
 
 def run_job(args: argparse.Namespace, console: Console) -> int:
     from screener import app, report
-    from screener.store.jobs import job_results
+    from screener.store.jobs import ingest_notes, job_results
 
     job = job_id_arg(args.job_id)
     with app.open_results(load_policy(args.config)) as store:
         rows = job_results(store, job)
+        notes = ingest_notes(store, [job]).get(job, ())
     if not rows:
         raise ConfigError(f"job {job} has not been ingested")
     if args.json:
         print(report.rows_json(rows))
     else:
         console.print(report.rows_table(f"job {job} (node '-' = the whole job)", rows))
+        for line in notes:  # e.g. which phases were too short to judge
+            console.print(f"note: {line}", highlight=False)
     return 0
 
 
 def run_accuracy(args: argparse.Namespace, console: Console) -> int:
     from screener import app, report
-    from screener.ingest.accuracy import compare_all, summarize, unknowable
-    from screener.store.jobs import in_job_reads, prolog_verdicts
+    from screener.ingest.accuracy import compare_all, summarize, too_short, unknowable
+    from screener.store.jobs import in_job_reads, ingest_notes, prolog_verdicts
 
     now = datetime.now(UTC)
     since = since_arg(args.since, now)
     with app.open_results(load_policy(args.config)) as store:
         in_job = in_job_reads(store, since)
         prolog = prolog_verdicts(store, sorted({r.job_id for r in in_job}))
+        short = too_short(ingest_notes(store, sorted({r.job_id for r in in_job})))
     jobs = compare_all(in_job, prolog)
     rows = summarize(jobs, args.by)
     notes = unknowable(jobs)
@@ -195,10 +199,13 @@ def run_accuracy(args: argparse.Namespace, console: Console) -> int:
             "by": args.by,
             "rows": json.loads(report.rows_json(rows)),
             "cannot_know": notes,
+            "too_short": [{"job_id": j, "note": n} for j, n in short],
         }
         print(json.dumps(doc, indent=2))
         return 0
     console.print(report.rows_table(f"screening accuracy since {since:%Y-%m-%d %H:%M} UTC", rows))
     for line in notes:
         console.print(f"cannot know: {line}", highlight=False)
+    for job_id, line in short:
+        console.print(f"not judged: job {job_id}: {line}", highlight=False)
     return 0

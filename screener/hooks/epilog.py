@@ -12,6 +12,7 @@ Never fails the job.
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
 
@@ -19,7 +20,14 @@ from screener.app import make_transport
 from screener.errors import ProbeError, ScreenerError, TransportError
 from screener.hooks.decide import selects
 from screener.hooks.epilog_ingest import ingest_after_job
-from screener.hooks.injob import outliers, stop_argv, summarize
+from screener.hooks.injob import (
+    NOT_BEGUN,
+    NOT_OURS,
+    NOT_STARTED,
+    outliers,
+    stop_argv,
+    summarize,
+)
 from screener.hooks.logging import HookLog
 from screener.hooks.prolog import job_from_env
 from screener.model import NodeProbe, Trigger
@@ -31,7 +39,7 @@ from screener.store import open_store
 from screener.store.slurm_records import SlurmRecords
 from screener.transport.base import Transport
 
-NOT_STARTED = 3  # STOP_SCRIPT's exit when the prolog started nothing on the node
+_NOT_STARTED = "no in-job iostat was started"
 
 
 def run_epilog(
@@ -60,7 +68,7 @@ def _in_job_iostat(policy: Policy, job: SlurmJob, ok: bool, why: str, log: HookL
         log(f"job {job.job_id}: cannot collect in-job iostat: {exc}")
         return
     if not any(p.iostat for p in probes):
-        log(f"job {job.job_id}: no in-job iostat on {fold_nodes(job.nodes)} (not started)")
+        log(f"job {job.job_id}: {no_samples(probes, policy.prolog.iostat_interval_s)}")
         return
     try:
         _store(policy, job.job_id, probes, log)
@@ -83,13 +91,50 @@ async def _stop(transport: Transport, policy: Policy, job_id: str, node: str) ->
         )
     except TransportError as exc:
         return NodeProbe(node=node, error=str(exc), error_kind=exc.kind)
-    if res.exit_status == NOT_STARTED:
-        return NodeProbe(node=node, error="no in-job iostat was started", error_kind="probe")
+    return stopped(node, res.exit_status, res.stdout)
+
+
+def stopped(node: str, exit_status: int | None, stdout: str) -> NodeProbe:
+    """What the stop command on ``node`` tells: samples, "ran but no interval ended" (a
+    NodeProbe without samples or error), or why there is nothing."""
+    if exit_status == NOT_STARTED:
+        return NodeProbe(node=node, error=_NOT_STARTED, error_kind="probe")
+    if exit_status == NOT_OURS:
+        why = "in-job iostat directory is not screener's (someone else made it): left alone"
+        return NodeProbe(node=node, error=why, error_kind="probe")
+    if exit_status == NOT_BEGUN or (
+        exit_status == 0
+        and (_HEADER in stdout or not stdout.strip())
+        and not _INTERVAL.search(stdout)
+    ):
+        return NodeProbe(node=node, raw_iostat=stdout)  # ran, but no interval ended
     try:
-        samples = parse_iostat(res.stdout, node)
+        samples = parse_iostat(stdout, node)
     except ProbeError as exc:
-        return NodeProbe(node=node, error=str(exc), error_kind="probe", raw_iostat=res.stdout)
-    return NodeProbe(node=node, iostat=samples, raw_iostat=res.stdout)
+        return NodeProbe(node=node, error=str(exc), error_kind="probe", raw_iostat=stdout)
+    return NodeProbe(node=node, iostat=samples, raw_iostat=stdout)
+
+
+_HEADER = '"statistics": ['  # iostat -o JSON prints it before the first interval
+_INTERVAL = re.compile(r'"statistics": \[\s*\{')
+
+
+def no_samples(probes: list[NodeProbe], interval_s: int) -> str:
+    """Why no node has an in-job iostat sample, said per outcome (issue 19: "not started"
+    was logged for a job that merely ended before iostat's first interval)."""
+    ran = [p.node for p in probes if p.error is None]
+    absent = [p.node for p in probes if p.error == _NOT_STARTED]
+    failed = [p for p in probes if p.error is not None and p.error != _NOT_STARTED]
+    parts = []
+    if ran:
+        parts.append(
+            f"iostat ran on {fold_nodes(ran)}; job shorter than one {interval_s}-s "
+            "interval: no sample"
+        )
+    if absent:
+        parts.append(f"no in-job iostat on {fold_nodes(absent)} (not started)")
+    parts += [f"{p.node}: {p.error}" for p in failed]
+    return "; ".join(parts)
 
 
 def _store(policy: Policy, job_id: str, probes: list[NodeProbe], log: HookLog) -> None:
@@ -103,7 +148,12 @@ def _store(policy: Policy, job_id: str, probes: list[NodeProbe], log: HookLog) -
         for p in probes:
             store.record_probe(run_id, p, 1)
         figures = {p.node: f for p in probes if (f := summarize(p.node, p.iostat)) is not None}
-        slow = outliers(figures, policy.prolog.job_r_await_factor, policy.prolog.job_min_r_await_ms)
+        slow = outliers(
+            figures,
+            policy.prolog.job_r_await_factor,
+            policy.prolog.job_min_r_await_ms,
+            policy.ingest.min_iostat_samples,
+        )
         records = SlurmRecords(store)
         for node, reason in sorted(slow.items()):
             records.open_episode(node, Trigger.JOB, now, reason, run_id, job_id)

@@ -20,11 +20,11 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from screener.errors import ConfigError, ScreenerError
-from screener.hooks.actions import apply_drains
+from screener.hooks.actions import acting, apply_drains
 from screener.hooks.decide import plan_drains
 from screener.hooks.logging import HookLog
 from screener.ingest.files import MAX_BYTES, outputs_near
-from screener.ingest.judge import Figure
+from screener.ingest.judge import TOO_SHORT, Figure
 from screener.ingest.layout import SlurmLayout
 from screener.ingest.results import Phase
 from screener.ingest.service import Ingested, ingest
@@ -147,14 +147,24 @@ def ingest_after_job(
     except (ScreenerError, OSError) as exc:  # OSError: e.g. a directory SlurmUser may not read
         log(f"job {job.job_id}: outputs not ingested: {exc}")
         return None
-    slow = ", ".join(s.node for s in done.figures.slow) or "none"
-    log(f"job {job.job_id}: ingested ({why}) as ingest {done.ingest_id}; in-job slow: {slow}")
+    log(ingested_line(done, why))
     if policy.ingest.drain and done.figures.slow:
         try:
             drain_outliers(policy, job, done, log, client)
         except ScreenerError as exc:
             log(f"job {job.job_id}: in-job drain not done: {exc}")
     return done
+
+
+def ingested_line(done: Ingested, why: str) -> str:
+    """The epilog's line for an ingest: where from, the in-job slow nodes, and which phases
+    were too short to judge (so "none" is not read as "all judged fine")."""
+    slow = ", ".join(s.node for s in done.figures.slow) or "none"
+    short = "".join(f"; {n.split(':')[0]}" for n in done.figures.notes if TOO_SHORT in n)
+    return (
+        f"job {done.job_id}: ingested ({why}) as ingest {done.ingest_id}; "
+        f"in-job slow: {slow}{short}"
+    )
 
 
 def job_drain_reason(tag: str, job_id: str, reads: list[Figure]) -> str:
@@ -187,9 +197,20 @@ def drain_outliers(
     url = database_url(policy)
     with open_store(url, upgrade=url.startswith("sqlite")) as store:
         records = SlurmRecords(store)
-        since = now - timedelta(seconds=policy.slurm.partition_window_s)
-        recent = len(records.drains_since(partition, since)) if todo and partition else 0
-        plan = plan_drains(todo, len(job.nodes), len(partition), recent, policy.slurm)
-        return apply_drains(
-            plan, client, records, None, Trigger.JOB, job.job_id, now, policy.slurm.dry_run, log
-        )
+        # Under the actions lock, as the prolog: the guard counts concurrent runs' drains
+        # and no two runs drain the same node (the count and the drains go together).
+        with acting(records):
+            since = now - timedelta(seconds=policy.slurm.partition_window_s)
+            recent = len(records.drains_since(partition, since)) if todo and partition else 0
+            plan = plan_drains(todo, len(job.nodes), len(partition), recent, policy.slurm)
+            return apply_drains(
+                plan,
+                client,
+                records,
+                None,
+                Trigger.JOB,
+                job.job_id,
+                now,
+                policy.slurm.dry_run,
+                log,
+            )

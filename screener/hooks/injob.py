@@ -2,7 +2,8 @@
 and collect its samples (epilog), and find the nodes whose reads were outliers in the job.
 
 The node-side commands are constant ``sh -c`` scripts; every variable part (interval,
-bound, file paths built from a validated job id and node name) is a positional argument.
+bound, the private directory named from a validated job id and node name) is a positional
+argument.
 """
 
 from __future__ import annotations
@@ -16,52 +17,69 @@ from screener.nodes import validate_node
 from screener.probe.iostat import iostat_argv
 from screener.slurm.model import check_job_id
 
-# $1 pid file, $2 output file, $3 bound in seconds, then the iostat argv. setsid -f (in the
-# caller) detaches it from the SSH session; `timeout` ends it if no epilog ever comes;
-# stdbuf -oL flushes each line so a stopped iostat leaves every complete interval behind.
+# $1 private directory, $2 bound in seconds, then the iostat argv. The directory is made
+# here, before detaching (so a failure is this command's exit status), with mode 0700 and
+# must not exist yet: mkdir refuses an existing name, a planted symlink included, so no
+# node user can make this process write through a link in the world-writable /tmp. The
+# detached part works inside it (cd, then checks "." is ours, in case the stop removed and
+# someone re-made the name meanwhile), with set -C creating pid and out exclusively.
+# setsid -f detaches the monitor from the SSH session; `timeout` ends it if no epilog ever
+# comes; stdbuf -oL flushes each line so a stopped iostat leaves every complete interval.
 START_SCRIPT = r"""
-p="$1"; o="$2"; b="$3"; shift 3
-echo $$ > "$p"
-exec timeout "$b" stdbuf -oL "$@" > "$o" 2>/dev/null < /dev/null
+d="$1"
+umask 077
+mkdir -m 0700 -- "$d" || exit 5
+exec setsid -f sh -c '
+set -C
+cd -- "$1" && [ "$(stat -c %u:%a .)" = "$(id -u):700" ] || exit 5
+b="$2"; shift 2
+echo $$ > pid || exit 5
+exec timeout "$b" stdbuf -oL "$@" > out 2>/dev/null < /dev/null
+' screener-iostat "$@"
 """
-# $1 pid file, $2 output file: stop our iostat (only if the pid still is one), wait for it,
-# print what it wrote, remove both files. Exit 3 when no in-job iostat was started.
+# $1 private directory: only if it is ours (a real directory, not a link, owned by this
+# user, mode 0700; in the sticky /tmp nobody else can swap it after the check), stop our
+# iostat (only if the pid still is one), wait for it, print what it wrote, remove it.
+# Exit 3: no in-job iostat was started; 6: the name is someone else's (left alone);
+# 7: started, but the monitor had not even begun (a job of a moment): no sample.
 STOP_SCRIPT = r"""
-p="$1"; o="$2"
-[ -f "$p" ] || exit 3
-pid=$(cat "$p")
+d="$1"
+[ -e "$d" ] || [ -L "$d" ] || exit 3
+[ -d "$d" ] && [ ! -L "$d" ] || exit 6
+[ "$(stat -c %u:%a -- "$d")" = "$(id -u):700" ] || exit 6
+[ -f "$d/pid" ] || { rm -rf -- "$d"; exit 7; }
+pid=$(cat "$d/pid")
 case "$pid" in ''|*[!0-9]*) exit 4 ;; esac
 if grep -q iostat "/proc/$pid/cmdline" 2>/dev/null; then
     kill "$pid" 2>/dev/null
     n=0
     while kill -0 "$pid" 2>/dev/null && [ "$n" -lt 50 ]; do sleep 0.1; n=$((n + 1)); done
 fi
-cat "$o" 2>/dev/null
-rm -f "$p" "$o"
+cat "$d/out" 2>/dev/null
+rm -rf -- "$d"
 """
+NOT_STARTED = 3  # STOP_SCRIPT's exit when the prolog started nothing on the node
+NOT_OURS = 6  # STOP_SCRIPT's exit when the directory's name was taken by someone else
+NOT_BEGUN = 7  # STOP_SCRIPT's exit when the monitor was started but had not begun
 
 
-def _paths(job_id: str, node: str, directory: str = "/tmp") -> tuple[str, str]:
-    """Per job and node (emulated nodes share /tmp), from validated parts only."""
-    base = f"{directory}/screener-iostat-{check_job_id(job_id)}-{validate_node(node)}"
-    return f"{base}.pid", f"{base}.json"
+def private_dir(job_id: str, node: str, directory: str = "/tmp") -> str:
+    """Per job and node (emulated nodes share /tmp), from validated parts only; created
+    0700 by START_SCRIPT, never reused."""
+    return f"{directory}/screener-iostat-{check_job_id(job_id)}-{validate_node(node)}"
 
 
 def start_argv(
     job_id: str, node: str, interval_s: int, bound_s: int, devices: Sequence[str]
 ) -> list[str]:
     """Detached in-job iostat on ``node`` for at most ``bound_s`` seconds."""
-    pid, out = _paths(job_id, node)
     count = max(1, bound_s // interval_s)
     return [
-        "setsid",
-        "-f",  # fork into a new session: survives the SSH channel closing
         "sh",
         "-c",
         START_SCRIPT,
         "screener-iostat",  # $0
-        pid,
-        out,
+        private_dir(job_id, node),
         str(bound_s),
         *iostat_argv(interval_s, count, devices),
     ]
@@ -69,8 +87,7 @@ def start_argv(
 
 def stop_argv(job_id: str, node: str) -> list[str]:
     """Stop the in-job iostat on ``node`` and print its JSON."""
-    pid, out = _paths(job_id, node)
-    return ["sh", "-c", STOP_SCRIPT, "screener-iostat-stop", pid, out]
+    return ["sh", "-c", STOP_SCRIPT, "screener-iostat-stop", private_dir(job_id, node)]
 
 
 @dataclass(frozen=True)
@@ -98,16 +115,20 @@ def summarize(node: str, samples: Sequence[IostatSample]) -> NodeJobIo | None:
     )
 
 
-def outliers(figures: Mapping[str, NodeJobIo], factor: float, floor_ms: float) -> dict[str, str]:
+def outliers(
+    figures: Mapping[str, NodeJobIo], factor: float, floor_ms: float, min_samples: int = 1
+) -> dict[str, str]:
     """Nodes whose read latency was ``factor`` x the job's median (and above ``floor_ms``):
-    node -> reason. Needs at least 3 nodes with reads (no median of two)."""
+    node -> reason. Only nodes that read in at least ``min_samples`` intervals are judged
+    (one noisy interval is no evidence), and at least 3 of them (no median of two)."""
+    figures = {n: f for n, f in figures.items() if f.samples >= min_samples}
     if len(figures) < 3:
         return {}
     median = statistics.median(f.r_await_ms for f in figures.values())
     limit = max(floor_ms, factor * median)
     return {
         n: f"in-job r_await {f.r_await_ms:.0f}ms vs job median {median:.1f}ms"
-        f" (util {f.util_pct:.0f}%)"
+        f" (util {f.util_pct:.0f}%, {f.samples} samples)"
         for n, f in figures.items()
         if f.r_await_ms > limit
     }

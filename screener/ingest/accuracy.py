@@ -15,10 +15,11 @@ of each node the job ran on, and classifies every node:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from screener.ingest.judge import TOO_SHORT
 from screener.model import Status
 from screener.store.jobs import InJobRow, PrologRow
 
@@ -167,7 +168,8 @@ def unknowable(comparisons: Sequence[JobComparison]) -> list[str]:
     if rows.not_judged:
         out.append(
             f"{rows.not_judged} node(s) had no in-job read judgement (fewer nodes than "
-            "verdict.min_peers, no read phase, or no per-rank data)"
+            "verdict.min_peers, read phases too short to judge, no read phase, or no "
+            "per-rank data)"
         )
     if rows.unscreened:
         out.append(
@@ -175,3 +177,8 @@ def unknowable(comparisons: Sequence[JobComparison]) -> list[str]:
             "(UNKNOWN, DEGRADED, not probed, or the job was not screened)"
         )
     return out
+
+
+def too_short(notes: Mapping[str, Sequence[str]]) -> list[tuple[str, str]]:
+    """(job, note) for every phase an ingest found too short to judge, by job id."""
+    return [(job, n) for job, ns in sorted(notes.items()) for n in ns if TOO_SHORT in n]

@@ -5,10 +5,16 @@ time (its ranks run together, the node is done when the last one is). Each node 
 compared with the job's other nodes with the prolog's peers rule (screener.verdict's
 robust log-space z, plus the min_peer_drop gap), so a node is an in-job outlier on the
 same terms a probe would call it slow.
+
+Only evidence that survives noise counts (issue 19: one 40 ms read phase made a healthy
+node 0.43x): a phase too short to judge ([ingest] min_phase_s / min_phase_mib) gets no
+z-score, and an outlier must persist (most judged iterations) or be decisive (<=
+decisive_ratio of the job's median node in one iteration).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from collections import defaultdict
 from collections.abc import Sequence
@@ -17,10 +23,13 @@ from dataclasses import dataclass
 from screener.errors import ConfigError, ProbeError
 from screener.ingest.layout import RankLayout
 from screener.ingest.results import ParsedFile, Phase, RankResult, SourceKind
-from screener.policy import VerdictPolicy
+from screener.policy import IngestPolicy, VerdictPolicy
 from screener.verdict_rules import PeerStats, peer_stats
 
 _SUMMARIES = (SourceKind.IOR_TEXT, SourceKind.IOR_JSON)
+_MIB = 1 << 20
+_DEFAULT_RULES = IngestPolicy()
+TOO_SHORT = "too short to judge"  # starts the notes `screener job`/`accuracy` repeat
 
 
 @dataclass(frozen=True)
@@ -92,22 +101,34 @@ def _is_outlier(stats: PeerStats | None, value: float, policy: VerdictPolicy) ->
 
 
 def _node_figures(
-    ranks: Sequence[RankResult], layout: RankLayout, source: SourceKind, policy: VerdictPolicy
-) -> list[Figure]:
-    """Per node, phase and iteration, judged against the job's other nodes."""
+    ranks: Sequence[RankResult],
+    layout: RankLayout,
+    source: SourceKind,
+    policy: VerdictPolicy,
+    rules: IngestPolicy,
+) -> tuple[list[Figure], dict[Phase, list[tuple[int, float, float]]]]:
+    """Per node, phase and iteration, judged against the job's other nodes; and per phase,
+    the (iteration, longest node s, median node bytes) of iterations too short to judge."""
     groups: dict[tuple[Phase, int], dict[str, list[RankResult]]] = defaultdict(
         lambda: defaultdict(list)
     )
     for r in ranks:
         groups[(r.phase, r.iteration)][layout.node_of(r.rank)].append(r)
     out: list[Figure] = []
+    short: dict[Phase, list[tuple[int, float, float]]] = defaultdict(list)
     for (phase, iteration), by_node in sorted(groups.items()):
         rows = []
         for node, rs in sorted(by_node.items()):
             moved, slowest = sum(r.bytes for r in rs), max(r.seconds for r in rs)
             bw = moved / slowest if slowest > 0 else sum(r.throughput_bytes_s for r in rs)
             rows.append((node, len(rs), moved, slowest, bw))
+        longest = max(slowest for _, _, _, slowest, _ in rows)
+        typical = statistics.median(moved for _, _, moved, _, _ in rows)
         stats = peer_stats([bw for *_, bw in rows], policy)
+        if longest < rules.min_phase_s or typical < rules.min_phase_mib * _MIB:
+            if stats is not None:  # enough nodes to judge, but not enough work
+                short[phase].append((iteration, longest, typical))
+            stats = None
         median = statistics.median(bw for *_, bw in rows)
         for node, n, moved, slowest, bw in rows:
             out.append(
@@ -125,7 +146,54 @@ def _node_figures(
                     source=source,
                 )
             )
+    return out, short
+
+
+def _short_notes(
+    short: dict[Phase, list[tuple[int, float, float]]], rules: IngestPolicy
+) -> list[str]:
+    """One note per phase naming the iterations too short to judge, and why."""
+    out = []
+    for phase, its in sorted(short.items(), key=lambda kv: kv[0].value):
+        which = ", ".join(str(i) for i, _, _ in its)
+        longest = max(t for _, t, _ in its)
+        typical = min(b for _, _, b in its) / _MIB
+        out.append(
+            f"{phase.value} {TOO_SHORT} in iteration(s) {which}: longest node "
+            f"{longest:.3f} s, median node {typical:,.1f} MiB (needs [ingest] "
+            f"min_phase_s={rules.min_phase_s:g} and min_phase_mib={rules.min_phase_mib:g})"
+        )
     return out
+
+
+def _persistent(figures: Sequence[Figure], rules: IngestPolicy) -> tuple[list[Figure], list[str]]:
+    """Keep a node's outlier flags in a phase only if they persist (more than half of its
+    judged iterations) or one is decisive (ratio <= decisive_ratio); notes for the rest."""
+    by_key: dict[tuple[str, Phase], list[Figure]] = defaultdict(list)
+    for f in figures:
+        if f.node is not None and f.z is not None:
+            by_key[(f.node, f.phase)].append(f)
+    dropped: set[tuple[str, Phase]] = set()
+    notes = []
+    for (node, phase), judged in sorted(by_key.items(), key=lambda kv: (kv[0][0], kv[0][1].value)):
+        bad = [f for f in judged if f.outlier]
+        decisive = any(f.ratio is not None and f.ratio <= rules.decisive_ratio for f in bad)
+        if not bad or 2 * len(bad) > len(judged) or decisive:
+            continue
+        dropped.add((node, phase))
+        worst = min(f.ratio for f in bad if f.ratio is not None)
+        notes.append(
+            f"{node} {phase.value}: an outlier in {len(bad)} of {len(judged)} judged "
+            f"iterations (worst {worst:.2f}x job median), neither most of them nor "
+            f"<= {rules.decisive_ratio:g}x in one: not counted"
+        )
+    kept = [
+        dataclasses.replace(f, outlier=False)
+        if f.node is not None and (f.node, f.phase) in dropped
+        else f
+        for f in figures
+    ]
+    return kept, notes
 
 
 def _job_figures(nodes: Sequence[Figure], summary: ParsedFile | None) -> list[Figure]:
@@ -157,28 +225,37 @@ def _mb(bw: float) -> str:
     return f"{bw / 1e6:,.0f} MB/s" if bw >= 1e6 else f"{bw / 1e6:.2f} MB/s"
 
 
+def _x(ratio: float) -> str:
+    """A ratio to the job's median: two decimals, or one significant digit below 0.01."""
+    return f"{ratio:.2f}x" if ratio >= 0.01 else f"{ratio:.1g}x"
+
+
 def _slow_nodes(figures: Sequence[Figure]) -> list[SlowNode]:
     """Nodes with an outlier read phase, with the worst iteration in the reason."""
     reads = [f for f in figures if f.node is not None and f.phase is Phase.READ]
-    iterations = len({f.iteration for f in reads})
     out = []
     for node in sorted({f.node for f in reads if f.outlier and f.node is not None}):
         bad = [f for f in reads if f.node == node and f.outlier]
+        iterations = sum(1 for f in reads if f.node == node and f.z is not None)
         worst = min(bad, key=lambda f: f.throughput_bytes_s)
         assert worst.ratio is not None and worst.z is not None
         median = worst.throughput_bytes_s / worst.ratio
         reason = (
-            f"in-job read {_mb(worst.throughput_bytes_s)} = {worst.ratio:.2f}x job median "
-            f"{_mb(median)} (z={worst.z:.1f}) in {len(bad)} of {iterations} iterations"
+            f"in-job read {_mb(worst.throughput_bytes_s)} = {_x(worst.ratio)} job median "
+            f"{_mb(median)} (z={worst.z:.1f}) in {len(bad)} of {iterations} judged iterations"
         )
         out.append(SlowNode(node, reason))
     return out
 
 
 def judge_job(
-    files: Sequence[ParsedFile], layout: RankLayout | None, policy: VerdictPolicy
+    files: Sequence[ParsedFile],
+    layout: RankLayout | None,
+    policy: VerdictPolicy,
+    rules: IngestPolicy = _DEFAULT_RULES,
 ) -> JobFigures:
-    """Figures per node (and for the whole job), outliers, and in-job slow nodes."""
+    """Figures per node (and for the whole job), outliers, and in-job slow nodes; ``rules``
+    says which phases are long enough to judge and which outliers persist."""
     check_files(files)
     ranks = [r for f in files for r in f.ranks]
     rank_source = next((f.kind for f in files if f.ranks), None)
@@ -188,7 +265,9 @@ def judge_job(
     if ranks and layout is None:
         raise ConfigError("per-rank results need a task layout: give --nodes and --ranks-per-node")
     if ranks and layout is not None and rank_source is not None:
-        nodes = _node_figures(ranks, layout, rank_source, policy)
+        nodes, short = _node_figures(ranks, layout, rank_source, policy, rules)
+        nodes, noise = _persistent(nodes, rules)
+        notes += _short_notes(short, rules) + noise
         count = len({f.node for f in nodes})
         if count < policy.min_peers:
             notes.append(

@@ -46,8 +46,9 @@ class Ingested:
     def summary_lines(self) -> list[str]:
         """What the table means, in a few lines."""
         lines = [f"in-job slow: {s.node}: {s.reason}" for s in self.figures.slow]
-        if not self.figures.slow and any(f.z is not None for f in self.figures.figures):
-            lines.append("no node was an in-job outlier")
+        judged = any(f.z is not None for f in self.figures.figures)
+        if not self.figures.slow:
+            lines.append("no node was an in-job outlier" if judged else "no phase was judged")
         lines += [f"note: {n}" for n in self.figures.notes]
         lines.append(
             "ratio: a node's throughput / the job's median node; whole job: median node "
@@ -121,7 +122,7 @@ def ingest(
     files = load_files(paths, read)
     needed = any(f.ranks for f in files)
     layout = resolve_layout(job_id, nodes, ranks_per_node, slurm, needed)
-    figures = judge_job(files, layout, policy.verdict)
+    figures = judge_job(files, layout, policy.verdict, policy.ingest)
     how = layout.how if layout else "none (no per-rank data or no layout)"
     if not store_results:
         return Ingested(job_id, figures, how, None)

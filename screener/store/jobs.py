@@ -31,8 +31,9 @@ from screener.store.schema import (
 from screener.store.store import Store
 
 # Reason prefix of the episodes ingest writes (SlowNode reasons start with it), so a
-# --replace removes only those, never another writer's trigger-"job" episodes.
-EPISODE_PREFIX = "in-job "
+# --replace removes only those, never another writer's trigger-"job" episodes (the
+# epilog's in-job iostat writes "in-job r_await ..." for the same job just before).
+EPISODE_PREFIX = "in-job read "
 
 
 @dataclass(frozen=True)
@@ -323,3 +324,19 @@ def prolog_verdicts(store: Store, job_ids: Sequence[str]) -> list[PrologRow]:
                 )
             )
     return sorted(out, key=lambda r: (r.started_at, r.run_id, r.node))
+
+
+def ingest_notes(store: Store, job_ids: Sequence[str]) -> dict[str, tuple[str, ...]]:
+    """The notes of each job's latest ingest (what could not be judged, and why), so `job`
+    and `accuracy` can say which phases were too short to judge."""
+    out: dict[str, tuple[str, ...]] = {}
+    with _read(store, "read ingest notes") as conn:
+        for chunk in range(0, len(job_ids), 500):
+            rows = conn.execute(
+                select(JobIngestRecord.job_id, JobIngestRecord.notes)
+                .where(JobIngestRecord.job_id.in_(list(job_ids[chunk : chunk + 500])))
+                .order_by(JobIngestRecord.ingested_at, JobIngestRecord.id)
+            ).all()
+            for job_id, notes in rows:  # the last ingest of each job wins
+                out[job_id] = tuple(str(n) for n in notes or ())
+    return out

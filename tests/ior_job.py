@@ -1,0 +1,83 @@
+"""Real IOR on the emulated cluster through jobs/ior.sbatch (the project's batch script), for
+the in-job attribution tests and for capturing their outputs (tests/data/ior/README.md).
+
+IOR is built from ../shared/vendor by `make ior` into /opt/ior (no registry packages it).
+Under Slurm 22.05 its ranks start with PMIx (`SLURM_MPI_TYPE=pmix`: Debian's Open MPI has
+no PMI-1/2); the emulated nodes share /tmp, so the PMIx client directory goes to each
+node's own /scratch (`SLURM_PMIX_TMPDIR`), else 3 of 4 ranks fail to launch ("File exists").
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+from deploy.minicluster import ClusterHandle
+
+REPO = Path(__file__).resolve().parents[1]
+IOR = Path("/opt/ior/bin/ior")
+BUILD_TOOLS = ("mpirun", "autoconf", "automake", "libtoolize", "make", "gcc")
+
+
+def missing_ior() -> str | None:
+    """Why real IOR cannot run here (None: it can): said loudly by the skip."""
+    if IOR.is_file():
+        return None
+    tools = [t for t in BUILD_TOOLS if shutil.which(t) is None]
+    return (
+        f"IOR IS NOT BUILT ({IOR} missing): run `make ior` (builds it from "
+        f"../shared/vendor/ior-5fcf0ba.tar.gz); missing build tools: {', '.join(tools) or 'none'}"
+    )
+
+
+def submit_ior(
+    cluster: ClusterHandle, out: Path, nodes: list[str], block: str, iterations: int
+) -> str:
+    """sbatch jobs/ior.sbatch on ``nodes`` (1 rank each), outputs in ``out``; the job id."""
+    env = {
+        **cluster.env(),
+        "IOR": str(IOR),
+        "IOR_BLOCK": block,
+        "IOR_ITER": str(iterations),
+        "SLURM_MPI_TYPE": "pmix",
+        "SLURM_PMIX_TMPDIR": cluster.scratch,  # per node: the nodes share /tmp
+        "OMPI_ALLOW_RUN_AS_ROOT": "1",
+        "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+    }
+    argv = [
+        "sbatch",
+        "--parsable",
+        "-N",
+        str(len(nodes)),
+        "-w",
+        ",".join(nodes),
+        str(REPO / "jobs" / "ior.sbatch"),
+    ]
+    res = subprocess.run(argv, cwd=out, env=env, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    return res.stdout.strip().split(";")[0]
+
+
+def job_state(cluster: ClusterHandle, job: str) -> str:
+    show = cluster.slurm("scontrol", "show", "job", job, "-o").stdout
+    m = re.search(r"JobState=(\S+)", show)
+    return m.group(1) if m else ""
+
+
+def wait_ior(cluster: ClusterHandle, job: str, out: Path, timeout: float = 300.0) -> None:
+    """Until the job has finished; it must have COMPLETED with both IOR outputs written."""
+    deadline = time.monotonic() + timeout
+    state = ""
+    while time.monotonic() < deadline:
+        state = job_state(cluster, job)
+        if state not in ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING"):
+            break
+        time.sleep(0.2)  # polling the job's real state, bounded by the deadline
+    log = out / f"ior-{job}.out"
+    text = log.read_text() if log.exists() else "(no job output)"
+    assert state == "COMPLETED", f"job {job}: {state}\n{text}"
+    for suffix in ("summary.json", "ranks.csv"):
+        assert (out / f"ior-{job}.{suffix}").is_file(), text
