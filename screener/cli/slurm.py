@@ -77,6 +77,9 @@ def prolog(args: argparse.Namespace, console: Console) -> int:
     from screener.hooks.prolog import run_prolog
 
     policy = _policy(args)
+    config = config_in_force(args.config)
+    if config:  # the `screener release` helper it may start reads this very file
+        os.environ["SCREENER_CONFIG"] = config
     return run_prolog(policy, _hook_env(), HookLog("screener prolog", policy.prolog.log_file))
 
 
