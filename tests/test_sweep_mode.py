@@ -23,7 +23,7 @@ import pytest
 from deploy.minicluster import ClusterHandle
 from deploy.minicluster.procs import cgroup_path
 from screener.policy import load_policy
-from screener.probe.fio import recipe_fingerprint
+from screener.probe.fio import probe_file, recipe_fingerprint
 from screener.store import open_store
 from tests.hooked_cluster import (
     REPO,
@@ -242,3 +242,21 @@ def test_sweep_results_are_history_fleet_peers_and_give_the_fast_path(
     log = site["log"].read_text()
     assert job["job_state"] == "COMPLETED", log
     assert "fast path: " in log and "not probed" in log, log
+
+
+def test_sweep_honours_keep_file_false(site: dict[str, Any]) -> None:
+    """The sweep runs the screen's loop: `[probe] keep_file = false` removes the probe file
+    on every held node after the last round (issue 19.9)."""
+    cluster = site["cluster"]
+    write_config(
+        site["config"], cluster, site["db"], site["log"], probe={**SHORT, "keep_file": False}
+    )
+    path = probe_file(load_policy(site["config"]).probe)
+    log = _sweep(site)
+    left = [
+        n for n in cluster.nodes if cluster.ssh(n, "test", "-e", path, check=False).returncode == 0
+    ]
+    assert left == [], log
+    with open_store(site["db"]) as store:  # and it did probe them (the file existed)
+        run = store.latest_runs(1)[0]
+        assert {p.node for p in store.run_probes(run.id) if p.usable} == set(cluster.nodes)
