@@ -4,7 +4,6 @@ submitter's environment for them); and the mode the job then runs in."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -101,11 +100,6 @@ def check_script(script: str, mode: SweepMode) -> None:
             f"sweep script {script} does not pass its arguments on ({PASSES_ARGS}), so "
             f"{' '.join(mode.job_args())} would be lost: use jobs/sweep.sbatch"
         )
-
-
-def absolute_config(path: str | None) -> str | None:
-    """The config path as the job must see it: absolute (its working directory differs)."""
-    return os.path.abspath(path) if path else None
 
 
 def submit_sweep(
