@@ -13,14 +13,14 @@ import secrets
 import signal
 import socket
 import time
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 
 from screener import live, spool
 from screener.errors import ConfigError, StoreError, Terminated
 from screener.model import Trigger
 from screener.nodes import expand_nodeset, fold_nodes
-from screener.pipeline import BetweenRounds, NodeDone, ScreenResult, screen
+from screener.pipeline import BetweenRounds, NodeDone, ProbeLocks, Prober, ScreenResult, screen
 from screener.policy import Policy, TransportPolicy, database_url, validate
 from screener.store import Store, open_store
 from screener.store.engine import describe, parse_url
@@ -32,6 +32,9 @@ from screener.transport.cleanup import CLEANUP_TIMEOUT_S, kill_tagged
 # SSH connections still open) and under the same SIGTERM handling: the prolog's drains and
 # in-job iostat start.
 AfterScreen = Callable[[Transport, "ScreenResult"], Awaitable[None]]
+# Builds the run's prober from its transport and node locks (the sweep's Slurm step);
+# None: pipeline.TransportProber.
+MakeProber = Callable[[Transport, ProbeLocks | None], Prober]
 
 
 def screen_policy(
@@ -82,6 +85,8 @@ def run_screen(
     store: Store | None = None,
     db_unavailable: str | None = None,
     after: AfterScreen | None = None,
+    prober: MakeProber | None = None,
+    run_info: Mapping[str, object] | None = None,
 ) -> ScreenResult:
     """Open the store (migrating the embedded SQLite on first use), then screen ``nodes``.
 
@@ -110,6 +115,8 @@ def run_screen(
             between_rounds,
             deadline_s,
             after,
+            prober,
+            run_info,
         )
     return result
 
@@ -181,6 +188,8 @@ def _run(
     between_rounds: BetweenRounds | None,
     deadline_s: float | None,
     after: AfterScreen | None = None,
+    prober: MakeProber | None = None,
+    run_info: Mapping[str, object] | None = None,
 ) -> ScreenResult:
     """The event loop of one screen, with SIGTERM turned into a clean stop."""
     terminated: list[int] = []
@@ -214,6 +223,8 @@ def _run(
                     between_rounds=between_rounds,
                     deadline_s=deadline_s,
                     locks=node_locks,
+                    prober=None if prober is None else prober(transport, node_locks),
+                    run_info=run_info,
                 )
             result = _settled(result, store)
             if after is not None:

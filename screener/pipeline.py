@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -31,6 +31,7 @@ from screener.probe.fio import (
 )
 from screener.probe.iostat import iostat_argv, iostat_count, parse_iostat
 from screener.probe.preflight import parse_preflight, preflight_argv
+from screener.steady import annotate, deep_rounds
 from screener.transport.base import CommandResult, Transport, check
 from screener.verdict import confirm, evaluate, references, suspects
 
@@ -233,6 +234,69 @@ async def _none() -> None:
     return None
 
 
+@dataclass(frozen=True)
+class Rounds:
+    """One node's probes in one screen round: one, or in deep mode several until steady
+    state (the last is judged), and whether they settled (None outside deep mode)."""
+
+    probes: tuple[NodeProbe, ...]
+    steady: bool | None = None
+
+    @property
+    def last(self) -> NodeProbe:
+        """The probe the verdict judges."""
+        return self.probes[-1]
+
+
+class Prober(Protocol):
+    """Probes nodes for one screen round (1: all, 2: suspects beside references) and
+    removes the probe files after the last one. TransportProber is the default; the sweep
+    adds a Slurm step for the nodes its job holds (hooks.sweep.StepProber)."""
+
+    async def probe(
+        self, nodes: Sequence[str], round_no: int, stop_at: float | None
+    ) -> dict[str, Rounds]: ...
+
+    async def cleanup(self, nodes: Sequence[str]) -> None: ...
+
+
+class TransportProber:
+    """Probes over the transport (SSH, or this host); ``deep`` repeats each node's probe
+    until steady state (screener.steady)."""
+
+    def __init__(
+        self,
+        transport: Transport,
+        policy: Policy,
+        on_done: NodeDone | None = None,
+        locks: ProbeLocks | None = None,
+        deep: bool = False,
+    ) -> None:
+        self.transport = transport
+        self.policy = policy
+        self.on_done = on_done
+        self.locks = locks
+        self.deep = deep
+
+    async def probe(
+        self, nodes: Sequence[str], round_no: int, stop_at: float | None
+    ) -> dict[str, Rounds]:
+        got = await probe_all_rounds(
+            self.transport,
+            nodes,
+            self.policy,
+            round_no,
+            self.on_done,
+            stop_at,
+            self.locks,
+            self.deep,
+        )
+        return {r.last.node: r for r in got}
+
+    async def cleanup(self, nodes: Sequence[str]) -> None:
+        await remove_probe_files(self.transport, nodes, self.policy)
+
+
 async def probe_all(
     transport: Transport,
     nodes: Sequence[str],
@@ -242,7 +306,22 @@ async def probe_all(
     stop_at: float | None = None,
     locks: ProbeLocks | None = None,
 ) -> list[NodeProbe]:
-    """Probe every node in parallel, order kept.
+    """Probe every node in parallel, order kept (one round each; see probe_all_rounds)."""
+    got = await probe_all_rounds(transport, nodes, policy, round_no, on_done, stop_at, locks)
+    return [r.last for r in got]
+
+
+async def probe_all_rounds(
+    transport: Transport,
+    nodes: Sequence[str],
+    policy: Policy,
+    round_no: int,
+    on_done: NodeDone | None = None,
+    stop_at: float | None = None,
+    locks: ProbeLocks | None = None,
+    deep: bool = False,
+) -> list[Rounds]:
+    """Probe every node in parallel, order kept; ``deep``: rounds until steady state.
 
     The transport bounds *commands* by ``concurrency``; a node runs two at once (fio and
     its iostat monitor), so at most half as many nodes start together. Otherwise fio
@@ -253,35 +332,51 @@ async def probe_all(
     """
     gate = asyncio.Semaphore(max(1, policy.transport.concurrency // 2))
 
-    async def bounded(node: str) -> NodeProbe:
+    async def once(node: str) -> NodeProbe:
+        p = await probe_node(transport, node, policy)
+        if on_done is not None:
+            on_done(round_no, p)
+        return p
+
+    async def rounds(node: str) -> Rounds:
+        if not deep:
+            return Rounds((await once(node),))
+        got, steady = await deep_rounds(lambda: once(node), policy.sweep)
+        return Rounds(tuple(got), steady)
+
+    async def bounded(node: str) -> Rounds:
         if stop_at is None:
-            return await probe_node(transport, node, policy)
+            return await rounds(node)
         t0 = time.monotonic()
         try:
             async with asyncio.timeout_at(_loop_time(stop_at)):
-                return await probe_node(transport, node, policy)
+                return await rounds(node)
         except TimeoutError:
-            return NodeProbe(
+            p = NodeProbe(
                 node=node,
                 error=f"{node}: screen deadline reached",
                 error_kind="deadline",
                 duration_s=time.monotonic() - t0,
                 recipe=recipe_fingerprint(policy.probe),
             )
+            if on_done is not None:
+                on_done(round_no, p)
+            return Rounds((p,), False if deep else None)
 
-    async def gated(node: str) -> NodeProbe:
+    async def gated(node: str) -> Rounds:
         async with gate:
             return await bounded(node)
 
-    async def one(node: str) -> NodeProbe:
+    async def one(node: str) -> Rounds:
         if locks is None:
-            p = await gated(node)
-        else:
-            async with locks.hold(node, stop_at) as busy:
-                p = await gated(node) if busy is None else _busy(node, busy, policy)
-        if on_done is not None:
-            on_done(round_no, p)
-        return p
+            return await gated(node)
+        async with locks.hold(node, stop_at) as busy:
+            if busy is None:
+                return await gated(node)
+            p = _busy(node, busy, policy)
+            if on_done is not None:
+                on_done(round_no, p)
+            return Rounds((p,), False if deep else None)
 
     return list(await asyncio.gather(*(one(n) for n in nodes)))
 
@@ -313,13 +408,18 @@ async def screen(
     between_rounds: BetweenRounds | None = None,
     deadline_s: float | None = None,
     locks: ProbeLocks | None = None,
+    prober: Prober | None = None,
+    run_info: Mapping[str, object] | None = None,
 ) -> ScreenResult:
     """Screen ``nodes``: probe, judge against peers and history, confirm suspects, store.
 
     ``deadline_s`` bounds the whole screen (both rounds): when it runs out the screen decides
     with what it has, and every node (or re-probe) not finished is UNKNOWN, never SLOW.
+    ``prober`` (default: over ``transport``) says how nodes are probed; ``run_info`` is
+    stored with the run's policy (e.g. the sweep's mode).
     """
     clock = clock or SystemClock()
+    prober = prober or TransportProber(transport, policy, on_done, locks)
     t0 = time.monotonic()
     stop_at = None if deadline_s is None else t0 + deadline_s
     history: dict[str, list[float]] = {}
@@ -327,32 +427,42 @@ async def screen(
     rec = _Recorder(None, None)
     if store is not None:  # a store that fails here fails the screen: nothing measured yet
         history, fleet = past_figures(store, nodes, policy, clock.now())
+        stored = {**policy.to_dict(), **(run_info or {})}
         run_id = store.start_run(
-            trigger, nodes, policy.to_dict(), job_id, nodeset or ",".join(nodes), clock.now()
+            trigger, nodes, stored, job_id, nodeset or ",".join(nodes), clock.now()
         )
         rec = _Recorder(store, run_id)
         if locks is not None:
             locks.holder = f"run {run_id}"
     try:
-        first = await probe_all(transport, nodes, policy, 1, on_done, stop_at, locks)
-        rec.probes(first, 1)
+        got = await prober.probe(nodes, 1, stop_at)
+        first = [got[n].last for n in nodes]
+        deep = {n: r for n, r in got.items() if r.steady is not None}
+        rec.rounds(got, 1)
         summary = evaluate(first, history, policy.verdict, fleet)
         final = {p.node: p for p in first}
-        longest = [_longest(first)]
+        longest = [_longest(got)]
         again = suspects(summary) if policy.verdict.confirm else []
         if again:
             if between_rounds is not None:
                 await between_rounds(summary)
             refs = references(summary, policy.verdict.confirm_references)
-            second = await probe_all(transport, [*again, *refs], policy, 2, on_done, stop_at, locks)
-            rec.probes(second, 2)
-            longest.append(_longest(second))
+            wanted = [*again, *refs]
+            got2 = await prober.probe(wanted, 2, stop_at)
+            rec.rounds(got2, 1 + max(len(r.probes) for r in got.values()))
+            second = [got2[n].last for n in wanted]
+            longest.append(_longest(got2))
             final.update({p.node: p for p in second if p.node in again})
+            deep.update({n: got2[n] for n in again if got2[n].steady is not None})
             summary = confirm(
                 summary, judge_round2(first, second, refs, history, fleet, policy), refs
             )
+        if deep:  # after the judgement: whether each node settled explains, never decides
+            window = policy.sweep.deep_window
+            steady = {n: (r.probes, bool(r.steady)) for n, r in deep.items()}
+            summary = annotate(summary, steady, window)
         if not policy.probe.keep_file:
-            await remove_probe_files(transport, nodes, policy)
+            await prober.cleanup(nodes)
         rec.done(summary, clock.now())
     except BaseException:
         rec.failed(clock.now())
@@ -400,10 +510,13 @@ class _Recorder:
         except StoreError as exc:
             self.error = exc
 
-    def probes(self, probes: Sequence[NodeProbe], rnd: int) -> None:
+    def rounds(self, got: Mapping[str, Rounds], first_round: int) -> None:
+        """Every probe of every node, numbered from ``first_round`` (deep: one row each)."""
+
         def write(store: RunStore, run_id: int) -> None:
-            for p in probes:
-                store.record_probe(run_id, p, rnd)
+            for r in got.values():
+                for i, p in enumerate(r.probes):
+                    store.record_probe(run_id, p, first_round + i)
 
         self._write(write)
 
@@ -457,5 +570,6 @@ def judge_round2(
     return evaluate([again.get(p.node, p) for p in first], history, policy.verdict, fleet)
 
 
-def _longest(probes: Sequence[NodeProbe]) -> float:
-    return max((p.duration_s for p in probes), default=0.0)
+def _longest(got: Mapping[str, Rounds]) -> float:
+    """The node that kept the round busy longest: its probes' durations summed."""
+    return max((sum(p.duration_s for p in r.probes) for r in got.values()), default=0.0)

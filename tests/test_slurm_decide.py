@@ -194,7 +194,7 @@ def test_step_lines_round_trip_even_interleaved() -> None:
 def test_step_results_missing_or_truncated_node_is_unknown() -> None:
     lines = node_lines("n1", [_fio_probe("n1")], None)
     out = step_results("\n".join(lines[:-1]), ["n1", "n2"])  # n1 lost its last chunk
-    assert all(not rs[0].usable and rs[0].error for rs in out.values())
+    assert all(not rs.last.usable and rs.last.error for rs in out.values())
 
 
 def test_srun_argv_one_task_per_node() -> None:

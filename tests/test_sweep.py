@@ -70,43 +70,6 @@ def test_sweep_drains_slow_node_then_resumes_it_after_k_passes(
         assert episode[2] is not None  # closed at the resume
 
 
-def test_deep_sweep_stores_every_steady_state_round(cluster: Any, tmp_path: Path) -> None:
-    config = tmp_path / "screener.toml"
-    db = f"sqlite:///{tmp_path}/screener.db"
-    write_config(
-        config,
-        cluster,
-        db,
-        tmp_path / "log",
-        probe={"runtime_s": 0.5, "ramp_s": 0.2, "rand_read": False},
-        sweep={"deep_window": 3, "deep_max_rounds": 4},
-        verdict={"confirm": False},
-    )
-    res = run_screener(
-        cluster,
-        config,
-        "sweep",
-        "--submit",
-        "--wait",
-        "--script",
-        str(REPO / "jobs" / "sweep.sbatch"),
-        cwd=tmp_path,
-        extra_env={"SCREENER_SWEEP_DEEP": "1"},
-    )
-    logs = "".join(p.read_text() for p in tmp_path.glob("slurm-*.out"))
-    assert res.returncode == 0, res.stderr + logs
-    with open_store(db) as store:
-        run = store.latest_runs(1)[0]
-        rounds = {n: 0 for n in cluster.nodes}
-        for rnd in range(1, 6):
-            for p in store.run_probes(run.id, rnd):
-                assert p.usable, p.error
-                rounds[p.node] += 1
-        # each node ran until 3 rounds were steady, or the cap of 4
-        assert all(3 <= r <= 4 for r in rounds.values()), rounds
-        assert run.n_ok + run.n_slow + run.n_degraded == len(cluster.nodes)
-
-
 def test_sweep_with_the_database_down_spools_and_drains_nobody(
     cluster: Any, tmp_path: Path
 ) -> None:

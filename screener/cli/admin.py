@@ -137,6 +137,8 @@ def _run_header(d: RunDetail) -> list[str]:
         f"peer read median: {d.peer_read_median_mb_s or 0:,.0f} MB/s; "
         f"{r.n_ok} OK, {r.n_slow} SLOW, {r.n_degraded} DEGRADED, {r.n_unknown} UNKNOWN",
     ]
+    if d.mode:
+        lines.append(f"sweep mode: {d.mode}")
     if r.shared_cause:
         lines.append(f"shared cause: {r.shared_cause_reason}")
     if d.guard_reason:

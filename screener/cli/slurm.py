@@ -14,10 +14,11 @@ from datetime import UTC, datetime
 from rich.console import Console
 
 from screener.cli.common import Subparsers
-from screener.errors import SlurmError
+from screener.errors import ConfigError, SlurmError
 from screener.hooks.logging import HookLog, describe_error
 from screener.policy import Policy, hook_log_file, load_policy
 
+SWEEP_SCRIPT = "/opt/screener/jobs/sweep.sbatch"
 RELEASE_WAIT_S = 90.0  # how long `release` waits for Slurm to requeue the job
 RELEASE_POLL_S = 1.0
 
@@ -37,17 +38,24 @@ def register(sub: Subparsers) -> None:
     rel.set_defaults(handler=release)
     sw = sub.add_parser("sweep", help="nightly sweep (inside jobs/sweep.sbatch, or --submit it)")
     sw.add_argument("--submit", action="store_true", help="sbatch the sweep over idle nodes")
-    sw.add_argument(
-        "--script", default="/opt/screener/jobs/sweep.sbatch", help="sweep batch script"
-    )
+    sw.add_argument("--script", help=f"with --submit: sweep batch script (default {SWEEP_SCRIPT})")
     sw.add_argument("--wait", action="store_true", help="with --submit: wait for the sweep")
     sw.add_argument("--deep", action="store_true", help="SNIA-style steady-state rounds")
-    sw.add_argument("--dry-run", action="store_true", help="never drain nor resume")
+    sw.add_argument(
+        "--dry-run", action="store_true", help="never drain nor resume (records would_*)"
+    )
+    # Also after `sweep`: jobs/sweep.sbatch hands the submitter's --config on this way.
+    sw.add_argument(
+        "--config", default=argparse.SUPPRESS, help="policy TOML (as screener --config)"
+    )
     sw.set_defaults(handler=sweep)
     pr = sub.add_parser("probe", help="probe this node, print one JSON line (sweep step)")
     pr.add_argument("--local", action="store_true", required=True, help="this node (required)")
     pr.add_argument("--json", action="store_true", required=True, help="JSON output (required)")
     pr.add_argument("--deep", action="store_true", help="rounds until steady state or the cap")
+    pr.add_argument(
+        "--remove-file", action="store_true", help="only remove the probe file (keep_file=false)"
+    )
     pr.set_defaults(handler=probe)
     d = sub.add_parser("doctor", help="which Slurm backend is used and why; config in force")
     d.add_argument("--json", action="store_true")
@@ -78,6 +86,9 @@ def prolog(args: argparse.Namespace, console: Console) -> int:
     try:
         from screener.hooks.prolog import run_prolog
 
+        config = config_in_force(args.config)
+        if config:  # the `screener release` helper it may start reads this very file
+            os.environ["SCREENER_CONFIG"] = config
         return run_prolog(policy, _hook_env(), log)
     except Exception as exc:  # run_prolog fails open itself; this is for its import
         from screener.hooks.prolog import _fail
@@ -145,21 +156,42 @@ def resume(args: argparse.Namespace, console: Console) -> int:
     return 0 if all(done) or args.dry_run else 1
 
 
+def config_in_force(path: str | None) -> str | None:
+    """The policy file load_policy reads (same rule): --config, $SCREENER_CONFIG, else the
+    default path if it exists; None for built-in defaults. Absolute: other processes
+    (the sweep job, its Slurm step) get it explicitly, from another directory."""
+    from screener.policy import DEFAULT_CONFIG_PATH
+
+    chosen = path or os.environ.get("SCREENER_CONFIG") or None
+    if chosen is None and DEFAULT_CONFIG_PATH.exists():
+        chosen = str(DEFAULT_CONFIG_PATH)
+    return os.path.abspath(chosen) if chosen else None
+
+
 def sweep(args: argparse.Namespace, console: Console) -> int:
     from screener.hooks.logging import HookLog
-    from screener.hooks.sweep import run_sweep, submit_sweep
+    from screener.hooks.sweep import SweepMode, run_sweep, submit_sweep
 
+    if not args.submit and (args.wait or args.script):
+        raise ConfigError("--wait and --script go with --submit (inside the job: neither)")
     policy = _policy(args)
+    mode = SweepMode(
+        dry_run=policy.slurm.dry_run, deep=args.deep, config=config_in_force(args.config)
+    )
     log = HookLog("screener sweep", policy.prolog.log_file)
     if args.submit:
-        return submit_sweep(policy, args.script, args.wait, log)
-    return run_sweep(policy, _hook_env(), log, deep=args.deep)
+        return submit_sweep(policy, args.script or SWEEP_SCRIPT, args.wait, mode, log)
+    return run_sweep(policy, _hook_env(), log, mode)
 
 
 def probe(args: argparse.Namespace, console: Console) -> int:
-    from screener.hooks.local_probe import probe_here
+    from screener.hooks.local_probe import probe_here, remove_file_here
 
-    print(probe_here(load_policy(args.config), deep=args.deep), flush=True)
+    policy = load_policy(args.config)
+    if args.remove_file:
+        remove_file_here(policy)
+        return 0
+    print(probe_here(policy, deep=args.deep), flush=True)
     return 0
 
 

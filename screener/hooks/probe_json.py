@@ -1,8 +1,10 @@
-"""`screener probe --local --json`: one node's probe as one JSON line, for the sweep's
-Slurm step (``srun ... screener probe --local --json``), and its inverse.
+"""`screener probe --local --json`: one node's probe as short lines, for the sweep's
+Slurm step (``srun ... screener probe --local --json``), and their inverse.
 
-Only raw outputs and facts travel; the sweep re-parses fio/iostat itself, so the figures it
-judges come from the same parsers as every other run. Deep mode adds SNIA-style rounds.
+Only raw outputs, facts and the recipe fingerprint travel; the sweep re-parses fio/iostat
+itself, so the figures it judges come from the same parsers as every other run, and each
+probe keeps the recipe it was measured with (history and fleet peers compare like with
+like). Deep mode adds SNIA-style rounds (screener.steady).
 """
 
 from __future__ import annotations
@@ -19,6 +21,9 @@ from screener.errors import ProbeError
 from screener.model import MdStatus, NodeFacts, NodeProbe, SmartLog
 from screener.probe.fio import parse_fio
 from screener.probe.iostat import parse_iostat
+from screener.steady import steady_state
+
+__all__ = ["node_lines", "parse_node_lines", "probe_dict", "steady_state"]
 
 
 def probe_dict(p: NodeProbe) -> dict[str, Any]:
@@ -31,6 +36,7 @@ def probe_dict(p: NodeProbe) -> dict[str, Any]:
         "raw_fio": p.raw_fio,
         "raw_iostat": p.raw_iostat,
         "facts": dataclasses.asdict(p.facts) if p.facts is not None else None,
+        "recipe": p.recipe,
     }
 
 
@@ -77,6 +83,7 @@ def parse_node_lines(text: str) -> dict[str, tuple[list[NodeProbe], bool | None]
 def _probe(d: dict[str, Any]) -> NodeProbe:
     node = str(d["node"])
     facts = _facts(d.get("facts"))
+    recipe = str(d["recipe"]) if d.get("recipe") else None  # what the node measured with
     if d.get("error"):
         return NodeProbe(
             node=node,
@@ -84,12 +91,13 @@ def _probe(d: dict[str, Any]) -> NodeProbe:
             error_kind=str(d.get("error_kind") or "probe"),
             facts=facts,
             duration_s=float(d.get("duration_s") or 0),
+            recipe=recipe,
         )
     try:
         run = parse_fio(str(d["raw_fio"]), node)
         samples = parse_iostat(d["raw_iostat"], node) if d.get("raw_iostat") else ()
     except ProbeError as exc:
-        return NodeProbe(node=node, error=str(exc), error_kind="probe")
+        return NodeProbe(node=node, error=str(exc), error_kind="probe", recipe=recipe)
     return NodeProbe(
         node=node,
         seq_write=run.job("seq_write"),
@@ -101,6 +109,7 @@ def _probe(d: dict[str, Any]) -> NodeProbe:
         duration_s=float(d.get("duration_s") or 0),
         raw_fio=str(d["raw_fio"]),
         raw_iostat=str(d.get("raw_iostat") or ""),
+        recipe=recipe,
     )
 
 
@@ -113,25 +122,3 @@ def _facts(d: Any) -> NodeFacts | None:
         md = MdStatus(**{k: tuple(v) for k, v in d["md"].items()})
     rest = {k: v for k, v in d.items() if k not in ("smart", "md")}
     return NodeFacts(**rest, smart=smart, md=md)
-
-
-def steady_state(
-    values: Sequence[float], window: int, max_excursion: float, max_slope: float
-) -> bool:
-    """SNIA PTS steady state (seed 002) over the last ``window`` rounds: the range is within
-    ``max_excursion`` of their mean, and the least-squares line's rise across the window
-    (|slope| x (window - 1)) is within ``max_slope`` of that mean."""
-    if len(values) < window:
-        return False
-    last = list(values[-window:])
-    mean = sum(last) / window
-    if mean <= 0:
-        return False
-    if max(last) - min(last) > max_excursion * mean:
-        return False
-    xs = range(window)
-    xm = (window - 1) / 2
-    slope = sum((x - xm) * (y - mean) for x, y in zip(xs, last, strict=True)) / sum(
-        (x - xm) ** 2 for x in xs
-    )
-    return abs(slope) * (window - 1) <= max_slope * mean

@@ -133,6 +133,7 @@ class RunDetail:
     guard_reason: str | None
     peer_read_median_mb_s: float | None
     nodes: tuple[RunNodeRow, ...]
+    mode: str | None = None  # a sweep's mode: "dry run, deep, config /etc/x.toml"
 
 
 def is_slow(status: Status) -> bool:

@@ -142,7 +142,22 @@ def run_detail(store: Store, run_id: int) -> RunDetail:
         for v in verdicts
     )
     header: RunRow = run_row(run, counts)
-    return RunDetail(header, run.guard_reason, run.peer_read_median_mb_s, nodes)
+    mode = sweep_mode(run.policy)
+    return RunDetail(header, run.guard_reason, run.peer_read_median_mb_s, nodes, mode)
+
+
+def sweep_mode(policy: Any) -> str | None:
+    """The mode a sweep stored with its run (runs.policy["sweep_mode"]) as one phrase;
+    None for other runs and for sweeps stored before it was recorded."""
+    mode = policy.get("sweep_mode") if isinstance(policy, dict) else None
+    if not isinstance(mode, dict):
+        return None
+    parts = [
+        "dry run (nobody drained nor resumed)" if mode.get("dry_run") else "live",
+        "deep" if mode.get("deep") else "one round per node",
+        f"config {mode['config']}" if mode.get("config") else "config: built-in defaults",
+    ]
+    return ", ".join(parts)
 
 
 def counters(store: Store) -> tuple[dict[tuple[str, str], int], dict[str, int]]:

@@ -52,6 +52,8 @@ INTENT_ACTIONS = ("drain_pending", "drain_abandoned")
 # What the prolog decided without probing (0004f): the node passed within prolog.fresh_s, so
 # it joined the job unprobed. Recorded with the job id, so `accuracy` counts it as screened OK.
 SCREEN_ACTIONS = ("fast_path",)
+# What a dry-run sweep would have done (0005s): a drain (its exact reason) or a resume.
+DRY_RUN_ACTIONS = ("would_drain", "would_resume")
 JOB_KINDS = ("seq_write", "seq_read", "rand_read")  # the NodeProbe field a job came from
 
 # Deterministic constraint names, so migrations can refer to (and later drop) them by name.
@@ -315,7 +317,8 @@ class EventRecord(Base):
     __tablename__ = "node_events"
     __table_args__ = (
         CheckConstraint(
-            _in("action", EVENT_ACTIONS + INTENT_ACTIONS + SCREEN_ACTIONS), name="action"
+            _in("action", EVENT_ACTIONS + INTENT_ACTIONS + SCREEN_ACTIONS + DRY_RUN_ACTIONS),
+            name="action",
         ),
         Index(None, "node_id", "at"),
     )

@@ -31,6 +31,7 @@ from screener.store.engine import (
 )
 from screener.store.reads import StoreReads
 from screener.store.schema import (
+    DRY_RUN_ACTIONS,
     EVENT_ACTIONS,
     INTENT_ACTIONS,
     RUN_STATUSES,
@@ -156,8 +157,9 @@ class Store(StoreReads):
     ) -> None:
         """Log a drain, resume, or flaky-episode boundary for ``node``."""
         name = convert.node_name(node)
-        if action not in EVENT_ACTIONS + INTENT_ACTIONS + SCREEN_ACTIONS:
-            known = ", ".join(EVENT_ACTIONS + INTENT_ACTIONS + SCREEN_ACTIONS)
+        actions = EVENT_ACTIONS + INTENT_ACTIONS + SCREEN_ACTIONS + DRY_RUN_ACTIONS
+        if action not in actions:
+            known = ", ".join(actions)
             raise StoreError(f"event action must be one of {known}")
         when = aware(at, "at")
         with self._write(f"record the {action} event of {name}") as conn:

@@ -1,0 +1,129 @@
+"""How the sweep probes: the nodes its job holds by one Slurm step (``srun screener probe
+--local --json`` on each: Slurm is the fan-out), the others (screener-drained, idle) over
+the transport. A pipeline.Prober, so the sweep runs the screen's own loop (judging,
+confirmation, keep_file, SIGTERM handling in app.run_screen)."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import sys
+from collections.abc import Callable, Sequence
+
+from screener.errors import ScreenerError
+from screener.hooks.probe_json import parse_node_lines
+from screener.model import NodeProbe
+from screener.nodes import fold_nodes
+from screener.pipeline import ProbeLocks, Rounds, TransportProber
+from screener.policy import Policy
+from screener.probe.fio import layout_timeout_s, policy_jobs, probe_duration_s, recipe_fingerprint
+from screener.transport.base import Transport
+from screener.transport.local import LocalTransport
+
+STEP_SLACK_S = 120.0  # on top of the probe time bound, for srun to start its tasks
+
+
+def srun_probe_argv(
+    nodes: Sequence[str], deep: bool, config: str | None = None, remove_file: bool = False
+) -> list[str]:
+    """One Slurm step over ``nodes``: one task per node, each probing its own node with the
+    sweep's own policy file (given explicitly: no task reads it from its environment)."""
+    return [
+        "srun",
+        f"--nodes={len(nodes)}",  # exactly these nodes ...
+        f"--nodelist={fold_nodes(nodes)}",  # ... (validated names, folded)
+        "--ntasks-per-node=1",  # one probe per node: two would compete for the device
+        "--kill-on-bad-exit=0",  # one node's failure must not kill the others' probes
+        sys.executable,  # the same screener installation as this process
+        "-m",
+        "screener.cli",
+        *(["--config", config] if config else []),  # the policy the sweep itself runs with
+        "probe",
+        "--local",
+        "--json",
+        *(["--remove-file"] if remove_file else []),  # keep_file = false, after the last round
+        *(["--deep"] if deep else []),
+    ]
+
+
+def step_timeout_s(policy: Policy, deep: bool) -> float:
+    """Bound on one step: per round the fio run plus a command timeout each for preflight
+    and fio (as probe_node's own timeouts), deep_max_rounds rounds in deep mode, the one-off
+    layout, and srun's start-up."""
+    pp, slack = policy.probe, policy.transport.command_timeout_s
+    per_round = probe_duration_s(pp, policy_jobs(pp)) + 2 * slack
+    rounds = policy.sweep.deep_max_rounds if deep else 1
+    return rounds * per_round + layout_timeout_s(pp, slack) + STEP_SLACK_S
+
+
+def step_results(stdout: str, nodes: Sequence[str], recipe: str | None = None) -> dict[str, Rounds]:
+    """Per node, its rounds from the step's output; a node that printed nothing is UNKNOWN."""
+    parsed = parse_node_lines(stdout)
+    out: dict[str, Rounds] = {}
+    for n in nodes:
+        rounds, steady = parsed.get(n, ([], None))
+        if not rounds:
+            error = f"{n}: no result from the Slurm step"
+            rounds = [NodeProbe(node=n, error=error, error_kind="probe", recipe=recipe)]
+        out[n] = Rounds(tuple(rounds), steady)
+    return out
+
+
+class StepProber:
+    """Held nodes by a Slurm step, the others over ``transport`` (with node locks)."""
+
+    def __init__(
+        self,
+        held: Sequence[str],
+        transport: Transport,
+        policy: Policy,
+        locks: ProbeLocks | None,
+        deep: bool,
+        config: str | None,
+        log: Callable[[str], None],
+    ) -> None:
+        self.held = set(held)
+        self.policy = policy
+        self.deep = deep
+        self.config = config
+        self.log = log
+        self.ssh = TransportProber(transport, policy, locks=locks, deep=deep)
+        self.local = LocalTransport()  # srun runs here, cancellable, with the run tag
+
+    async def probe(
+        self, nodes: Sequence[str], round_no: int, stop_at: float | None
+    ) -> dict[str, Rounds]:
+        held = [n for n in nodes if n in self.held]
+        others = [n for n in nodes if n not in self.held]
+        by_step, by_ssh = await asyncio.gather(
+            self._step(held), self.ssh.probe(others, round_no, stop_at)
+        )
+        return {**by_step, **by_ssh}
+
+    async def _step(self, nodes: Sequence[str]) -> dict[str, Rounds]:
+        recipe = recipe_fingerprint(self.policy.probe)
+        if not nodes:
+            return {}
+        argv = srun_probe_argv(nodes, self.deep, self.config)
+        try:
+            res = await self.local.run(
+                socket.gethostname(), argv, timeout=step_timeout_s(self.policy, self.deep)
+            )
+        except ScreenerError as exc:
+            self.log(f"Slurm step failed: {exc}")
+            return step_results("", nodes, recipe)
+        if res.exit_status != 0:
+            self.log(f"Slurm step exited {res.exit_status}: {res.stderr.strip()[-300:]}")
+        return step_results(res.stdout, nodes, recipe)
+
+    async def cleanup(self, nodes: Sequence[str]) -> None:
+        """``[probe] keep_file = false``: one more step removes the held nodes' probe files."""
+        held = [n for n in nodes if n in self.held]
+        if held:
+            argv = srun_probe_argv(held, False, self.config, remove_file=True)
+            slack = self.policy.transport.command_timeout_s + STEP_SLACK_S
+            try:
+                await self.local.run(socket.gethostname(), argv, timeout=slack)
+            except ScreenerError as exc:  # best effort: the verdicts are already made
+                self.log(f"probe files not removed on {fold_nodes(held)}: {exc}")
+        await self.ssh.cleanup([n for n in nodes if n not in self.held])

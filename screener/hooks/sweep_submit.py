@@ -1,0 +1,122 @@
+"""`screener sweep --submit`: sbatch jobs/sweep.sbatch over the idle nodes, with every option
+that changes what the sweep does passed to the job as arguments (the job never reads the
+submitter's environment for them); and the mode the job then runs in."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from screener.errors import ConfigError
+from screener.hooks.sweep_step import step_timeout_s
+from screener.nodes import fold_nodes
+from screener.policy import Policy
+from screener.runner import run_command
+from screener.slurm import SlurmNode, select_client
+
+QUEUE_SLACK_S = 600.0  # --wait: the job may queue, the DB and SSH probes need their time
+PASSES_ARGS = '"$@"'  # a sweep script must hand its arguments on to `screener sweep`
+
+
+@dataclass(frozen=True)
+class SweepMode:
+    """What the admin asked of this sweep: the job gets exactly this, as arguments."""
+
+    dry_run: bool = False  # decide and record (would_drain / would_resume), change nothing
+    deep: bool = False  # rounds until steady state or sweep.deep_max_rounds
+    config: str | None = None  # the policy file in force (None: built-in defaults)
+
+    def job_args(self) -> list[str]:
+        """`screener sweep` arguments that reproduce this mode inside the job."""
+        return [
+            *(["--config", self.config] if self.config else []),
+            *(["--dry-run"] if self.dry_run else []),
+            *(["--deep"] if self.deep else []),
+        ]
+
+    def describe(self, policy: Policy) -> str:
+        """The job's first log line says this: 'dry run, deep (...), config /x.toml'."""
+        sw = policy.sweep
+        parts = [
+            "dry run (nobody drained nor resumed)" if self.dry_run else "live",
+            f"deep (steady over {sw.deep_window} rounds, at most {sw.deep_max_rounds})"
+            if self.deep
+            else "one round per node",
+            f"config {self.config}" if self.config else "config: built-in defaults",
+        ]
+        return ", ".join(parts)
+
+    def as_dict(self) -> dict[str, object]:
+        """Stored with the run (runs.policy["sweep_mode"]), shown by `screener show RUN`."""
+        return {"dry_run": self.dry_run, "deep": self.deep, "config": self.config}
+
+
+def submit_argv(
+    nodes: Sequence[str], script: str, wait: bool, job_args: Sequence[str] = ()
+) -> list[str]:
+    """sbatch the sweep script on exactly ``nodes``, held exclusively, with ``job_args``."""
+    return [
+        "sbatch",
+        "--parsable",  # print only the job id
+        "--exclusive",  # no user job shares a node while it is probed
+        f"--nodes={len(nodes)}",
+        f"--nodelist={fold_nodes(nodes)}",  # the nodes that were idle just now
+        "--job-name=screener-sweep",
+        *(["--wait"] if wait else []),  # block until the sweep ended (tests, cron)
+        script,  # a path given by the admin, passed as one argv word
+        *job_args,  # the script's own arguments: the mode, handed on to `screener sweep`
+    ]
+
+
+def idle_nodes(nodes: Sequence[SlurmNode], partition: str) -> list[str]:
+    """Nodes a sweep job can hold now: IDLE, not drained, not down, in the partition."""
+    return [
+        n.name
+        for n in nodes
+        if "IDLE" in n.states
+        and not n.drained
+        and "DOWN" not in n.states
+        and (not partition or partition in n.partitions)
+    ]
+
+
+def wait_timeout_s(policy: Policy, deep: bool) -> float:
+    """How long `--submit --wait` waits for sbatch: both screen rounds at the step's bound
+    (deep_max_rounds rounds each in deep mode), plus queueing and bookkeeping."""
+    return 2 * step_timeout_s(policy, deep) + QUEUE_SLACK_S
+
+
+def check_script(script: str, mode: SweepMode) -> None:
+    """Refuse, before submitting, a script that would lose the mode: missing, or one that
+    does not hand its arguments on (an older copy of jobs/sweep.sbatch)."""
+    path = Path(script)
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise ConfigError(f"sweep script {script}: {exc.strerror or exc}") from None
+    if mode.job_args() and PASSES_ARGS not in text:
+        raise ConfigError(
+            f"sweep script {script} does not pass its arguments on ({PASSES_ARGS}), so "
+            f"{' '.join(mode.job_args())} would be lost: use jobs/sweep.sbatch"
+        )
+
+
+def submit_sweep(
+    policy: Policy, script: str, wait: bool, mode: SweepMode, log: Callable[[str], None]
+) -> int:
+    """Submit the sweep script over the idle nodes with ``mode``; sbatch's exit status."""
+    check_script(script, mode)
+    client, why = select_client(policy.slurm)
+    nodes = idle_nodes(client.nodes(), policy.sweep.partition)
+    if not nodes:
+        log("no idle node to hold: nothing submitted")
+        return 0
+    argv = submit_argv(nodes, script, wait, mode.job_args())
+    log(f"submitting the sweep over {fold_nodes(nodes)} ({why}): {mode.describe(policy)}")
+    res = run_command(argv, timeout=wait_timeout_s(policy, mode.deep) if wait else 60.0)
+    if res.exit_status != 0:
+        log(f"sbatch failed: {res.stderr.strip()}")
+    else:
+        log(f"sweep job {res.stdout.strip()} {'finished' if wait else 'submitted'}")
+    return res.exit_status

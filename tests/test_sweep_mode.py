@@ -1,0 +1,262 @@
+"""What the admin types reaches the sweep job (issue 25) and the sweep feeds the baseline
+(issue 19.2), on the emulated cluster with screener's hooks: real sbatch, srun, slurmctld.
+
+- a dry-run sweep drains and resumes nobody and records what it would have done;
+- a deep sweep stores the steady-state window of rounds and a steady/not-steady flag per
+  node; a node whose throttle tightens every round is not steady;
+- `screener --config FILE sweep --submit` runs the job with FILE (its store, not the one of
+  the submitter's environment);
+- a sweep's probes carry their recipe, so they count as history and fleet peers, and a
+  screened job afterwards takes the prolog's fast path.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from deploy.minicluster import ClusterHandle
+from deploy.minicluster.procs import cgroup_path
+from screener.policy import load_policy
+from screener.probe.fio import probe_file, recipe_fingerprint
+from screener.store import open_store
+from tests.hooked_cluster import (
+    REPO,
+    hooked_cluster,
+    run_screener,
+    sbatch,
+    sinfo_nodes,
+    wait_job,
+    write_config,
+)
+
+pytestmark = pytest.mark.cluster
+
+SHORT = {"runtime_s": 0.5, "ramp_s": 0.2, "rand_read": False}  # lean probes
+
+
+@pytest.fixture(scope="module")
+def hooked(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ClusterHandle, Path]]:
+    d = tmp_path_factory.mktemp("hooked-sweep")
+    config = d / "screener.toml"
+    config.write_text("")
+    for handle in hooked_cluster(d, config):
+        yield handle, d
+
+
+@pytest.fixture()
+def site(hooked: tuple[ClusterHandle, Path], tmp_path: Path) -> Iterator[dict[str, Any]]:
+    """The hooks' config (a fresh DB and log per test); the cluster reset afterwards."""
+    cluster, d = hooked
+    info = {
+        "cluster": cluster,
+        "config": d / "screener.toml",
+        "db": f"sqlite:///{tmp_path}/screener.db",
+        "log": tmp_path / "screener.log",
+        "out": tmp_path,
+    }
+    yield info
+    cluster.reset()
+
+
+def _sweep(site: dict[str, Any], *args: str, config: Path | None = None) -> str:
+    """`screener [--config C] sweep --submit --wait ARGS`; the submitter's and job's logs."""
+    glob = [*(["--config", str(config)] if config else [])]
+    res = run_screener(
+        site["cluster"],
+        site["config"],  # the submitter's environment: SCREENER_CONFIG
+        *glob,
+        "sweep",
+        "--submit",
+        "--wait",
+        "--script",
+        str(REPO / "jobs" / "sweep.sbatch"),
+        *args,
+        cwd=site["out"],
+    )
+    logs = "".join(p.read_text() for p in sorted(site["out"].glob("slurm-*.out")))
+    for p in site["out"].glob("slurm-*.out"):
+        p.unlink()  # the next sweep's log alone
+    assert res.returncode == 0, res.stderr + logs
+    return res.stderr + logs
+
+
+def test_dry_run_sweep_drains_nobody_resumes_nobody_records_both(site: dict[str, Any]) -> None:
+    cluster = site["cluster"]
+    write_config(
+        site["config"], cluster, site["db"], site["log"], probe=SHORT, sweep={"resume_after": 1}
+    )
+    healed, slow = cluster.nodes[0], cluster.nodes[1]
+    cluster.inject(healed, "slow_read", "20M")
+    _sweep(site)  # live: drains it
+    assert "DRAIN" in sinfo_nodes(cluster)[healed]["state_flags"]
+    cluster.heal(healed)
+    cluster.inject(slow, "slow_read", "20M")
+
+    log = _sweep(site, "--dry-run")
+    state = sinfo_nodes(cluster)
+    assert "DRAIN" not in state[slow]["state_flags"], log  # not drained ...
+    assert "DRAIN" in state[healed]["state_flags"], log  # ... nor resumed
+    assert "dry run (nobody drained nor resumed)" in log.split("holds ", 1)[1].splitlines()[0]
+    with open_store(site["db"]) as store:
+        run = store.latest_runs(1)[0]
+        assert run.trigger.value == "sweep"
+        would = {
+            n: [(e.action, e.slurm_reason) for e in store.node_events(n) if e.run_id == run.id]
+            for n in (healed, slow)
+        }
+        assert [a for a, _ in would[healed]] == ["would_resume"], would
+        ((action, reason),) = would[slow]
+        assert action == "would_drain" and reason and reason.startswith("screener: rd"), would
+    show = run_screener(cluster, site["config"], "show", str(run.id))
+    assert show.returncode == 0, show.stderr
+    assert "sweep mode: dry run (nobody drained nor resumed)" in show.stdout, show.stdout
+    assert "would_drain" in show.stdout and "would_resume" in show.stdout, show.stdout
+
+
+def _tighten_each_round(
+    cluster: ClusterHandle, node: str, rates: list[str], stop: threading.Event
+) -> list[str]:
+    """Each time a new fio starts on ``node`` (a probe round, or its one-off layout), lower
+    its read throttle to the next of ``rates``: its figures keep falling round after round."""
+    procs = cgroup_path(cluster.info.cgroup_name(node)) / "cgroup.procs"
+    seen: set[int] = set()
+    applied: list[str] = []
+
+    def comm(pid: int | str) -> str:
+        try:
+            return Path(f"/proc/{pid}/comm").read_text().strip()
+        except OSError:
+            return ""
+
+    while not stop.is_set() and len(applied) < len(rates):
+        for pid in map(int, procs.read_text().split()):
+            if pid in seen or comm(pid) != "fio":
+                continue
+            seen.add(pid)
+            try:
+                ppid = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1]
+            except (OSError, IndexError):
+                continue
+            if comm(ppid) != "fio":  # fio's main process, not one of its job workers
+                cluster.inject(node, "slow_read", rates[len(applied)])
+                applied.append(rates[len(applied)])
+        stop.wait(0.05)  # poll the node's processes
+    return applied
+
+
+def test_deep_sweep_stores_the_window_and_flags_a_falling_node_not_steady(
+    site: dict[str, Any],
+) -> None:
+    cluster = site["cluster"]
+    window, cap = 3, 4
+    write_config(
+        site["config"],
+        cluster,
+        site["db"],
+        site["log"],
+        probe=SHORT,
+        sweep={"deep_window": window, "deep_max_rounds": cap},
+        verdict={"confirm": False},
+    )
+    for n in cluster.nodes:  # the device, not the 2 shared cores, sets every node's pace
+        cluster.inject(n, "slow_read", "60M")
+        cluster.inject(n, "slow_write", "60M")
+    falling = cluster.nodes[2]
+    stop = threading.Event()
+    applied: list[str] = []
+    watcher = threading.Thread(
+        target=lambda: applied.extend(
+            _tighten_each_round(cluster, falling, ["40M", "20M", "10M", "5M", "2M", "1M"], stop)
+        )
+    )
+    watcher.start()
+    try:
+        log = _sweep(site, "--deep")
+    finally:
+        stop.set()
+        watcher.join()
+    with open_store(site["db"]) as store:
+        run = store.latest_runs(1)[0]
+        rounds = {n: 0 for n in cluster.nodes}
+        for rnd in range(1, cap + 2):
+            for p in store.run_probes(run.id, rnd):
+                assert p.usable, p.error
+                rounds[p.node] += 1
+        assert all(window <= r <= cap for r in rounds.values()), rounds
+        verdicts = {v.node: v for v in store.run_verdicts(run.id)}
+    flags = {n: {"steady", "not_steady"} & set(v.signals) for n, v in verdicts.items()}
+    assert all(len(f) == 1 for f in flags.values()), flags
+    assert flags[falling] == {"not_steady"}, verdicts[falling].reason
+    assert rounds[falling] == cap
+    assert "deep: not steady after 4 rounds" in verdicts[falling].reason
+    assert any(f == {"steady"} for n, f in flags.items() if n != falling), verdicts
+    assert len(applied) >= cap, applied  # the throttle fell before every round
+    assert f"deep (steady over {window} rounds, at most {cap})" in log, log
+
+
+def test_config_file_reaches_the_job(site: dict[str, Any], tmp_path: Path) -> None:
+    """The submitter's environment names one config, --config another: the job uses FILE."""
+    cluster = site["cluster"]
+    write_config(site["config"], cluster, site["db"], site["log"], probe=SHORT)
+    other = tmp_path / "other.toml"
+    other_db = f"sqlite:///{tmp_path}/other.db"
+    write_config(other, cluster, other_db, tmp_path / "other.log", probe=SHORT)
+
+    log = _sweep(site, config=other)
+    assert not Path(site["db"].removeprefix("sqlite:///")).exists(), log  # not the env's one
+    with open_store(other_db) as store:
+        (run,) = store.latest_runs(5)
+        assert run.trigger.value == "sweep" and run.node_count == len(cluster.nodes)
+    assert f"config {other}" in log, log
+    show = run_screener(cluster, other, "show", str(run.id))
+    assert f"sweep mode: live, one round per node, config {other}" in show.stdout, show.stdout
+
+
+def test_sweep_results_are_history_fleet_peers_and_give_the_fast_path(
+    site: dict[str, Any],
+) -> None:
+    cluster = site["cluster"]
+    write_config(site["config"], cluster, site["db"], site["log"], probe=SHORT)
+    _sweep(site)
+    recipe = recipe_fingerprint(load_policy(site["config"]).probe)
+    since = datetime.now(UTC) - timedelta(hours=1)
+    with open_store(site["db"]) as store:
+        run = store.latest_runs(1)[0]
+        assert {p.recipe for p in store.run_probes(run.id)} == {recipe}
+        history = store.read_histories(cluster.nodes, 10, recipe, since)
+        assert all(len(history.get(n, [])) == 1 for n in cluster.nodes), history
+        fleet = store.read_fleet([], recipe, since, 100)
+        assert {f.node for f in fleet} == set(cluster.nodes), fleet
+
+    job_id = sbatch(
+        cluster, "-N", "2", "-o", str(site["out"] / "job-%j.txt"), "--comment", "screener=on",
+        "--wrap", "hostname",
+    )  # fmt: skip
+    job = wait_job(cluster, job_id)
+    log = site["log"].read_text()
+    assert job["job_state"] == "COMPLETED", log
+    assert "fast path: " in log and "not probed" in log, log
+
+
+def test_sweep_honours_keep_file_false(site: dict[str, Any]) -> None:
+    """The sweep runs the screen's loop: `[probe] keep_file = false` removes the probe file
+    on every held node after the last round (issue 19.9)."""
+    cluster = site["cluster"]
+    write_config(
+        site["config"], cluster, site["db"], site["log"], probe={**SHORT, "keep_file": False}
+    )
+    path = probe_file(load_policy(site["config"]).probe)
+    log = _sweep(site)
+    left = [
+        n for n in cluster.nodes if cluster.ssh(n, "test", "-e", path, check=False).returncode == 0
+    ]
+    assert left == [], log
+    with open_store(site["db"]) as store:  # and it did probe them (the file existed)
+        run = store.latest_runs(1)[0]
+        assert {p.node for p in store.run_probes(run.id) if p.usable} == set(cluster.nodes)
