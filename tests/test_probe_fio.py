@@ -367,3 +367,14 @@ def test_cleanup_removes_only_the_probe_file() -> None:
         "--",
         f"/scratch/{PROBE_FILE}",
     ]
+
+
+@pytest.mark.parametrize("count", [-77.0, float("inf"), float("nan")], ids=repr)
+def test_damaged_bin_count_is_a_probe_error_not_a_figure(count: float) -> None:
+    """A negative count once made slow_fraction 1.03 (found by test_fuzz_parsers); inf made
+    int() raise OverflowError out of the parser."""
+    doc = json.loads(text("fio-3.33_loop_reprobe_partial_slow.json"))
+    bins = doc["jobs"][0]["read"]["clat_ns"]["bins"]
+    bins[next(iter(bins))] = count
+    with pytest.raises(ProbeError, match="bin count"):
+        parse_fio(json.dumps(doc), "n")

@@ -391,6 +391,8 @@ def _bins(raw: Any, scale: float, node: str, name: str) -> list[tuple[float, int
         except ValueError:
             raise ProbeError(node, f"fio job {name}: bad latency bin key {key!r}") from None
         n = _int(count, node, f"job {name} bin count")
+        if n < 0:  # a count of I/Os: a negative one is a damaged document, not a figure
+            raise ProbeError(node, f"fio job {name}: negative latency bin count {n}")
         if n:
             out.append((value * scale, n))
     return sorted(out)
@@ -478,4 +480,6 @@ def _num(value: Any, node: str, what: str) -> float:
 def _int(value: Any, node: str, what: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ProbeError(node, f"fio {what} is not a number", repr(value))
+    if isinstance(value, float) and not math.isfinite(value):  # int() would raise
+        raise ProbeError(node, f"fio {what} is not finite", repr(value))
     return int(value)
