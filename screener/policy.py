@@ -332,7 +332,7 @@ _BOUNDS: dict[str, tuple[float, float, bool]] = {
     "sweep.deep_max_slope": (0, 10, True),
     "ingest.min_phase_s": (0, _DAY, False),
     "ingest.min_phase_mib": (0, 1 << 30, False),
-    "ingest.decisive_ratio": (0, 1, True),
+    "ingest.decisive_ratio": (0, 0.99, True),  # 1 would call every node decisive
     "ingest.min_iostat_samples": (1, 100_000, False),
 }
 # A numeric key added without a line above still gets these (finite, and an integer that
