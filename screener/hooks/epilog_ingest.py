@@ -188,7 +188,7 @@ def drain_outliers(
     with open_store(url, upgrade=url.startswith("sqlite")) as store:
         records = SlurmRecords(store)
         since = now - timedelta(seconds=policy.slurm.partition_window_s)
-        recent = len(records.drains_since(partition, since)) if todo and partition else 0
+        recent = records.drains_since(partition, since) if todo and partition else set()
         plan = plan_drains(todo, len(job.nodes), len(partition), recent, policy.slurm)
         return apply_drains(
             plan, client, records, None, Trigger.JOB, job.job_id, now, policy.slurm.dry_run, log
