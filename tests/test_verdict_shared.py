@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from screener.hooks.decide import absolved, drain_reason, drainable
 from screener.model import Status
-from screener.verdict import confirm, evaluate, references, suspects
+from screener.verdict import SLOW, confirm, evaluate, references, suspects
 from tests.test_verdict_hold import MB, POLICY, node, spread, statuses
 
 
@@ -25,6 +25,7 @@ def test_outlier_within_a_shared_cause_is_confirmed_and_drainable_the_rest_absol
     assert merged.shared_cause  # the run keeps its shared cause for the alert
     # the 50x node is drained (what `screen` exits 3 for); the 7 others are absolved
     assert [v.node for v in drainable(merged, confirm=True)] == ["n05"]
+    assert [v.node for v in merged.verdicts if v.status in SLOW] == ["n05"]  # `screen` exits 3
     assert absolved(merged) == [f"n{i:02d}" for i in range(1, 9) if i != 5]
     outlier = next(v for v in merged.verdicts if v.node == "n05")
     assert outlier.confirmed and "outlier within a shared cause" in outlier.reason

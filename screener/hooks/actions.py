@@ -159,7 +159,9 @@ def _drain_all(
 
 
 def _shared(plan: DrainPlan) -> str:
-    return f"shared cause: {plan.shared_cause}"
+    """The run's shared-cause reason, saying "shared cause" once (verdict.py's already do)."""
+    why = plan.shared_cause or ""
+    return why if "shared cause" in why else f"shared cause: {why}"
 
 
 def _guard_reason(plan: DrainPlan) -> str:
