@@ -243,8 +243,8 @@ def _shared_cause(
     outlier among its peers *now* (a peer rule fired within this round) or an order of
     magnitude (``shared_outlier_factor``) below the peer median: that one is still slow
     (and drained once confirmed). The absolved get signal ``shared_cause``; their figures
-    are baselines, so history learns the new level instead of
-    freezing. Returns the run's shared-cause reason ("" when none)."""
+    are baselines, so history learns the new level instead of freezing. Returns the run's
+    shared-cause reason ("" when none)."""
     slow = [v for v in verdicts.values() if is_suspect(v)]
     fraction = len(slow) / usable if usable else 0.0
     if len(slow) < 2 or not (fraction > policy.shared_cause_fraction or len(slow) == usable):

@@ -70,7 +70,9 @@ def decide_drains(
     if not summary.shared_cause:
         return plan
     return replace(
-        plan, shared_cause=summary.shared_cause_reason, absolved=tuple(absolved(summary))
+        plan,
+        shared_cause=summary.shared_cause_reason or "shared cause",
+        absolved=tuple(absolved(summary)),
     )
 
 
@@ -182,10 +184,13 @@ def _record_shared_cause(
     log(f"{_shared(plan)}: {who} not blamed, not drained")
     if records is None:
         return
-    if run_id is not None and plan.guard is None:  # with a guard, its branch writes both
-        records.set_guard_reason(run_id, _guard_reason(plan))
-    for node in plan.absolved:
-        records.store.record_event(node, "guard_trip", why, now, run_id)
+    try:  # bookkeeping: a failure here must not keep an outlier within it from its drain
+        if run_id is not None and plan.guard is None:  # with a guard, its branch writes both
+            records.set_guard_reason(run_id, _guard_reason(plan))
+        for node in plan.absolved:
+            records.store.record_event(node, "guard_trip", why, now, run_id)
+    except StoreError as exc:
+        log(f"shared cause not recorded: {exc}")
 
 
 def _drained_by_screener(
