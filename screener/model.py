@@ -219,6 +219,9 @@ class Verdict:
     # True when these figures may serve as the node's own history: OK, or absolved by a
     # shared cause (so a fleet-wide shift is learned, not frozen out of history forever).
     baseline: bool = False
+    # The peer seq-read median (MB/s) this verdict was judged against, in its own round
+    # (round 2's for a re-probed node), so a drain reason compares figures of one round.
+    peer_read_mb_s: float | None = None
 
 
 @dataclass(frozen=True)

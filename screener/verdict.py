@@ -14,7 +14,14 @@ from dataclasses import dataclass, replace
 
 from screener.model import FleetFigure, NodeProbe, RunSummary, Status, Verdict
 from screener.policy import VerdictPolicy
-from screener.verdict_confirm import SLOW, confirm, is_suspect, references, suspects
+from screener.verdict_confirm import (
+    SHARED_CAUSE_TAG,
+    SLOW,
+    confirm,
+    is_suspect,
+    references,
+    suspects,
+)
 from screener.verdict_rules import (
     MIN_HISTORY,
     PeerStats,
@@ -136,6 +143,7 @@ def _judge(
         z_rand=peers.rand.z(iops) if peers.rand and iops is not None else None,
         signals=tuple(r_tags + w_tags),
         recipe=p.recipe,
+        peer_read_mb_s=peers.read.median / 1e6 if peers.read else None,
     )
     if r_tags or w_tags:
         status = Status.SLOW_READ if r_tags else Status.SLOW_WRITE
@@ -233,9 +241,10 @@ def _shared_cause(
     """A real majority of a real population slow together: a shared cause (filesystem,
     fabric, firmware rollout). The suspects become UNKNOWN, except a node that is an
     outlier among its peers *now* (a peer rule fired within this round) or an order of
-    magnitude (``shared_outlier_factor``) below the peer median: that one is still slow.
-    The absolved figures are baselines, so history learns the new level instead of
-    freezing. Returns the run's shared-cause reason ("" when none)."""
+    magnitude (``shared_outlier_factor``) below the peer median: that one is still slow
+    (and drained once confirmed). The absolved get signal ``shared_cause``; their figures
+    are baselines, so history learns the new level instead of freezing. Returns the run's
+    shared-cause reason ("" when none)."""
     slow = [v for v in verdicts.values() if is_suspect(v)]
     fraction = len(slow) / usable if usable else 0.0
     if len(slow) < 2 or not (fraction > policy.shared_cause_fraction or len(slow) == usable):
@@ -255,7 +264,11 @@ def _shared_cause(
             )
         else:
             verdicts[v.node] = replace(
-                v, status=Status.UNKNOWN, reason=f"{reason}, not blamed ({v.reason})", baseline=True
+                v,
+                status=Status.UNKNOWN,
+                reason=f"{reason}, not blamed ({v.reason})",
+                baseline=True,
+                signals=(*v.signals, SHARED_CAUSE_TAG),
             )
     return reason
 
@@ -286,6 +299,7 @@ def _small_allocation(
                 status=Status.UNKNOWN,
                 reason=f"all {usable} nodes slow together, not blamed ({v.reason}) [{basis}]",
                 baseline=not tags & PEER_TAGS,  # the fleet agrees they are fine: learn it
+                signals=(*v.signals, SHARED_CAUSE_TAG),
             )
         elif tags & (PEER_TAGS | {"ratio"}) or usable >= 2:
             verdicts[node] = replace(v, reason=f"{v.reason} [{basis}]")

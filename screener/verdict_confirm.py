@@ -9,6 +9,8 @@ from dataclasses import replace
 from screener.model import RunSummary, Status, Verdict
 
 SLOW = (Status.SLOW_READ, Status.SLOW_WRITE)
+# Signal of a slow node a shared cause explained (UNKNOWN, not blamed, not drained).
+SHARED_CAUSE_TAG = "shared_cause"
 
 
 def is_suspect(v: Verdict) -> bool:
@@ -45,12 +47,16 @@ def confirm(first: RunSummary, second: RunSummary, refs: Sequence[str] = ()) -> 
     nodes ``refs`` (or, with no references, beside the others' first-round probes, said in
     the reason). A suspect stays slow only if the re-probe agrees; if the re-probe errored
     it is UNKNOWN (never drain on an error); if it passed, the first finding was transient.
+    Each median a merged reason quotes says its round: the run's peer medians (the table's)
+    stay round 1's, a confirmed node's figures and the median they were judged against are
+    round 2's. The run has a shared cause if either round found one.
     """
     basis = (
         f"round 2 beside {len(refs)} reference nodes"
         if refs
         else "round 2 judged against round-1 figures (no reference nodes)"
     )
+    r2 = "round-2" if refs else "mixed-round"
     again = {v.node: v for v in second.verdicts}
     merged: list[Verdict] = []
     for v in first.verdicts:
@@ -58,13 +64,41 @@ def confirm(first: RunSummary, second: RunSummary, refs: Sequence[str] = ()) -> 
             merged.append(v)
             continue
         v2 = again[v.node]
+        now = _label(v2.reason, r2)
         if is_suspect(v2):
-            text = f"confirmed: {v2.reason} [{basis}]"
+            text = f"confirmed: {now} [{basis}; {_round1(v, first)}]"
             merged.append(replace(v2, confirmed=True, reason=text))
         elif v2.status == Status.UNKNOWN:
-            text = f"suspect ({v.reason}) but re-probe: {v2.reason} [{basis}]"
+            text = f"suspect ({_label(v.reason, 'round-1')}) but re-probe: {now} [{basis}]"
             merged.append(replace(v2, reason=text))
         else:
-            text = f"transient: first probe {v.reason}; re-probe passed [{basis}]"
+            text = (
+                f"transient: first probe {_label(v.reason, 'round-1')}; re-probe passed [{basis}]"
+            )
             merged.append(replace(v2, reason=text))
-    return replace(second if second.shared_cause else first, verdicts=tuple(merged))
+    shared = second if second.shared_cause else first
+    return replace(
+        first,  # the run's peer medians stay round 1's: those of the table beside the reasons
+        verdicts=tuple(merged),
+        shared_cause=shared.shared_cause,
+        shared_cause_reason=shared.shared_cause_reason,
+    )
+
+
+def _label(reason: str, rnd: str) -> str:
+    """Name the round of the peer medians a reason quotes (``round-2 peer median``)."""
+    return reason.replace("peer median", f"{rnd} peer median").replace(
+        "the shared level", f"the {rnd} shared level"
+    )
+
+
+def _round1(v: Verdict, first: RunSummary) -> str:
+    """The first-round finding in one figure: seq read against the round-1 peer median."""
+    median = v.peer_read_mb_s or first.peer_read_median_mb_s
+    within = " (outlier within a shared cause)" if first.shared_cause else ""
+    if v.read_mb_s is None or not median:
+        return f"round 1: {v.status.value}{within}"
+    return (
+        f"round 1: seq read {v.read_mb_s:,.0f} MB/s = {v.read_mb_s / median:.2f}x "
+        f"round-1 peer median {median:,.0f} MB/s{within}"
+    )

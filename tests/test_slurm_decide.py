@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from screener.hooks.decide import (
+    absolved,
     drain_reason,
     drainable,
     fast_path,
@@ -59,7 +60,7 @@ def _v(node: str, status: Status, **kw: object) -> Verdict:
     return Verdict(node=node, status=status, reason="r", **kw)  # type: ignore[arg-type]
 
 
-def test_drainable_needs_confirmation_and_no_shared_cause() -> None:
+def test_drainable_needs_confirmation() -> None:
     vs = (
         _v("a", Status.SLOW_READ, confirmed=True),
         _v("b", Status.SLOW_READ),
@@ -68,7 +69,19 @@ def test_drainable_needs_confirmation_and_no_shared_cause() -> None:
     )
     assert [v.node for v in drainable(RunSummary(vs), confirm=True)] == ["a"]
     assert [v.node for v in drainable(RunSummary(vs), confirm=False)] == ["a", "b"]
-    assert drainable(RunSummary(vs, shared_cause=True), confirm=True) == []
+
+
+def test_shared_cause_drains_its_confirmed_outliers_and_absolves_the_rest() -> None:
+    vs = (
+        _v("out", Status.SLOW_READ, confirmed=True, signals=("peer_read", "outlier")),
+        _v("x", Status.UNKNOWN, signals=("history", "shared_cause"), baseline=True),
+        _v("y", Status.UNKNOWN, signals=("history", "shared_cause"), baseline=True),
+        _v("err", Status.UNKNOWN),  # an error: neither drained nor absolved
+    )
+    shared = RunSummary(vs, shared_cause=True, shared_cause_reason="3/4 nodes slow together")
+    assert [v.node for v in drainable(shared, confirm=True)] == ["out"]
+    assert absolved(shared) == ["x", "y"]
+    assert absolved(RunSummary(vs)) == []  # no shared cause: nothing to absolve
 
 
 def test_drain_reason_is_short_tagged_and_safe() -> None:
@@ -77,19 +90,39 @@ def test_drain_reason_is_short_tagged_and_safe() -> None:
     assert drain_reason("screener:", v, None, 42) == "screener: rd w/r 300x r42"
     w = _v("a", Status.SLOW_WRITE, write_mb_s=12.4)
     assert drain_reason("screener:", w, 400.0, 7) == "screener: wr 12MB/s r7"
+    # a confirmed node is compared with the median of the round it was judged in
+    r2 = _v("a", Status.SLOW_READ, read_mb_s=20.0, peer_read_mb_s=1000.0, confirmed=True)
+    assert drain_reason("screener:", r2, 400.0, 42) == "screener: rd 0.02x peers r42"
 
 
 def test_guard_allocation_and_partition_limits() -> None:
     pol = SlurmPolicy(max_drain_fraction=0.34, partition_max_drain_fraction=0.2)
     one = [("n1", "screener: rd")]
-    assert plan_drains(one, 4, 100, 0, pol).drain == (("n1", "screener: rd"),)
+    assert plan_drains(one, 4, 100, set(), pol).drain == (("n1", "screener: rd"),)
     two = [("n1", "x"), ("n2", "y")]
-    tripped = plan_drains(two, 4, 100, 0, pol)
+    tripped = plan_drains(two, 4, 100, set(), pol)
     assert tripped.drain == () and tripped.blocked == ("n1", "n2")
     assert tripped.guard is not None and "2 of 4 allocated" in tripped.guard
-    busy = plan_drains(one, 8, 10, 2, pol)  # 3 of 10 within the window > 0.2
+    busy = plan_drains(one, 8, 10, {"n7", "n8"}, pol)  # 3 of 10 within the window > 0.2
     assert busy.drain == () and busy.guard is not None and "partition" in busy.guard
-    assert plan_drains([], 4, 10, 9, pol).guard is None
+    assert plan_drains([], 4, 10, {f"n{i}" for i in range(9)}, pol).guard is None
+
+
+def test_partition_guard_counts_a_node_drained_again_once() -> None:
+    """Drained, resumed by an admin while still slow, slow again: one node, not two."""
+    pol = SlurmPolicy(partition_max_drain_fraction=0.2)
+    again = plan_drains([("n3", "screener: rd 0.05x peers r9")], 4, 8, {"n3"}, pol)
+    assert again.guard is None and again.drain == (("n3", "screener: rd 0.05x peers r9"),)
+    # a second, different node is what the guard is for: 2 distinct of 8 > 0.2
+    other = plan_drains([("n5", "r")], 4, 8, {"n3"}, pol)
+    assert other.drain == () and other.blocked == ("n5",)
+    assert other.guard == (
+        "guard: 2 distinct of 8 partition nodes drained within 3600s (> 0.2): "
+        "n3 drained before, n5 slow now: nobody drained"
+    )
+    both = plan_drains([("n3", "r"), ("n5", "r")], 8, 8, {"n3", "n1"}, pol)
+    assert both.guard is not None and "3 distinct of 8" in both.guard
+    assert "n1 drained before, n3 slow again, n5 slow now" in both.guard
 
 
 @pytest.mark.parametrize(

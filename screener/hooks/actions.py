@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime, timedelta
 
 from screener.errors import SlurmError, StoreError
 from screener.hooks.decide import (
     DrainPlan,
+    absolved,
     drain_reason,
     drainable,
     may_resume,
@@ -23,6 +25,7 @@ from screener.hooks.decide import (
     settle_intent,
 )
 from screener.model import RunSummary, Trigger
+from screener.nodes import fold_nodes
 from screener.policy import Policy
 from screener.slurm.model import SlurmClient, SlurmNode
 from screener.store.locks import actions_lock
@@ -52,16 +55,25 @@ def decide_drains(
     policy: Policy,
     now: datetime,
 ) -> DrainPlan:
-    """The drain plan for a run: drainable verdicts, reasons, then the mass-drain guard."""
+    """The drain plan for a run: drainable verdicts, reasons, then the mass-drain guard over
+    the distinct partition nodes screener drained within the window; a shared cause and
+    the nodes it absolved ride along so apply_drains records them."""
     slow = [
         (v.node, drain_reason(policy.slurm.tag, v, summary.peer_read_median_mb_s, run_id))
         for v in drainable(summary, policy.verdict.confirm)
     ]
-    recent = 0
+    recent: set[str] = set()
     if slow and records is not None and partition_nodes:
         since = now - timedelta(seconds=policy.slurm.partition_window_s)
-        recent = len(records.drains_since(partition_nodes, since))
-    return plan_drains(slow, allocation, len(partition_nodes), recent, policy.slurm)
+        recent = records.drains_since(partition_nodes, since)
+    plan = plan_drains(slow, allocation, len(partition_nodes), recent, policy.slurm)
+    if not summary.shared_cause:
+        return plan
+    return replace(
+        plan,
+        shared_cause=summary.shared_cause_reason or "shared cause",
+        absolved=tuple(absolved(summary)),
+    )
 
 
 def apply_drains(
@@ -106,11 +118,12 @@ def _drain_all(
     log: Log,
 ) -> list[str]:
     store = records.store if records is not None else None
+    _record_shared_cause(plan, records, run_id, now, log)
     if plan.guard is not None:
         log(plan.guard)
         if records is not None and store is not None:
             if run_id is not None:
-                records.set_guard_reason(run_id, plan.guard)
+                records.set_guard_reason(run_id, _guard_reason(plan))
             for node in plan.blocked:
                 store.record_event(node, "guard_trip", plan.guard, now, run_id)
         return []
@@ -145,6 +158,39 @@ def _drain_all(
             except StoreError as exc:  # the intent stays: the next run records the drain
                 log(f"drain of {node} not recorded yet ({exc}); the next run settles it")
     return drained
+
+
+def _shared(plan: DrainPlan) -> str:
+    """The run's shared-cause reason, saying "shared cause" once (verdict.py's already do)."""
+    why = plan.shared_cause or ""
+    return why if "shared cause" in why else f"shared cause: {why}"
+
+
+def _guard_reason(plan: DrainPlan) -> str:
+    """``runs.guard_reason``: the guard's line, and the run's shared cause if it found one."""
+    parts = [plan.guard] if plan.guard else []
+    return "; ".join(parts + ([_shared(plan)] if plan.shared_cause else []))
+
+
+def _record_shared_cause(
+    plan: DrainPlan, records: SlurmRecords | None, run_id: int | None, now: datetime, log: Log
+) -> None:
+    """A shared cause is the alert: logged, in ``runs.guard_reason``, and a ``guard_trip``
+    event for each slow node it absolved (none of them is drained; outliers within it are)."""
+    if plan.shared_cause is None:
+        return
+    why = f"{_shared(plan)}: not blamed, not drained"
+    who = fold_nodes(plan.absolved) if plan.absolved else "no node"
+    log(f"{_shared(plan)}: {who} not blamed, not drained")
+    if records is None:
+        return
+    try:  # bookkeeping: a failure here must not keep an outlier within it from its drain
+        if run_id is not None and plan.guard is None:  # with a guard, its branch writes both
+            records.set_guard_reason(run_id, _guard_reason(plan))
+        for node in plan.absolved:
+            records.store.record_event(node, "guard_trip", why, now, run_id)
+    except StoreError as exc:
+        log(f"shared cause not recorded: {exc}")
 
 
 def _drained_by_screener(

@@ -10,8 +10,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from screener.model import RunSummary, Status, Verdict
+from screener.nodes import fold_nodes
 from screener.policy import PrologPolicy, SlurmPolicy
 from screener.slurm.model import SlurmJob, SlurmNode
+from screener.verdict_confirm import SHARED_CAUSE_TAG
 
 DRAINABLE = frozenset({Status.SLOW_READ, Status.SLOW_WRITE})
 
@@ -56,22 +58,36 @@ def fast_path(
 
 
 def drainable(summary: RunSummary, confirm: bool) -> list[Verdict]:
-    """SLOW_READ/SLOW_WRITE verdicts (confirmed ones only when confirmation is on);
-    nothing when the run found a shared cause."""
-    if summary.shared_cause:
-        return []
+    """SLOW_READ/SLOW_WRITE verdicts, confirmed ones only when confirmation is on: exactly the
+    nodes for which `screen` exits 3.
+
+    A shared cause does not hide an outlier within it (a node 50x below peers is not
+    explained by a 6x fleet-wide slowdown): screener.verdict already turned the nodes the
+    shared cause explains into UNKNOWN (see ``absolved``), so whatever is still SLOW is such
+    an outlier and is drained like any slow node."""
     return [v for v in summary.verdicts if v.status in DRAINABLE and (v.confirmed or not confirm)]
+
+
+def absolved(summary: RunSummary) -> list[str]:
+    """Nodes a shared cause explained (slow, not blamed: UNKNOWN with signal
+    ``shared_cause``): each gets a ``guard_trip`` event, the shared-cause alert."""
+    if not summary.shared_cause:
+        return []
+    return [v.node for v in summary.verdicts if SHARED_CAUSE_TAG in v.signals]
 
 
 def drain_reason(tag: str, v: Verdict, peer_read_mb_s: float | None, run_id: int | None) -> str:
     """Short reason for `sinfo -R`: tag, direction, figure vs peers, run, e.g.
-    ``screener: rd 0.05x peers r42``."""
+    ``screener: rd 0.05x peers r42``. The ratio is of one round: the node's read against
+    the peer median it was judged against (round 2's for a confirmed node), else against
+    ``peer_read_mb_s`` (the run's round-1 median)."""
     run = f" r{run_id}" if run_id is not None else ""
     if v.status == Status.SLOW_WRITE:
         figure = f"{v.write_mb_s:.0f}MB/s" if v.write_mb_s is not None else "slow"
         return f"{tag} wr {figure}{run}"
-    if v.read_mb_s is not None and peer_read_mb_s:
-        return f"{tag} rd {_ratio(v.read_mb_s / peer_read_mb_s)}x peers{run}"
+    median = v.peer_read_mb_s or peer_read_mb_s
+    if v.read_mb_s is not None and median:
+        return f"{tag} rd {_ratio(v.read_mb_s / median)}x peers{run}"
     if v.ratio is not None and math.isfinite(v.ratio):
         return f"{tag} rd w/r {v.ratio:.0f}x{run}"
     return f"{tag} rd slow{run}"
@@ -83,25 +99,30 @@ def _ratio(x: float) -> str:
 
 @dataclass(frozen=True)
 class DrainPlan:
-    """Nodes to drain with their reasons, or why the guard stopped every drain."""
+    """Nodes to drain with their reasons, or why the guard stopped every drain; and the
+    run's shared cause (with the nodes it absolved), recorded whatever is drained."""
 
     drain: tuple[tuple[str, str], ...] = ()
     guard: str | None = None
     blocked: tuple[str, ...] = ()  # nodes the guard kept from being drained
+    shared_cause: str | None = None  # the run's shared-cause reason, if it found one
+    absolved: tuple[str, ...] = ()  # slow nodes the shared cause explained (not drained)
 
 
 def plan_drains(
     slow: Sequence[tuple[str, str]],
     allocation: int,
     partition: int,
-    recent_partition_drains: int,
+    recent_drained: Set[str],
     policy: SlurmPolicy,
 ) -> DrainPlan:
     """Apply the mass-drain guard to ``slow`` (node, reason) pairs.
 
-    Never drain more than ``max_drain_fraction`` of the allocation, nor let the partition's
-    drains within the window exceed ``partition_max_drain_fraction``: beyond either limit
-    drain nobody (a shared cause is likelier than many bad nodes at once).
+    Never drain more than ``max_drain_fraction`` of the allocation, nor let the *distinct*
+    partition nodes drained within the window (``recent_drained``, screener's drains of the
+    partition's nodes) plus the new ones exceed ``partition_max_drain_fraction``: beyond
+    either limit drain nobody (a shared cause is likelier than many bad nodes at once).
+    A node drained before, resumed and slow again counts once: it is drained again.
     """
     if not slow:
         return DrainPlan()
@@ -113,15 +134,27 @@ def plan_drains(
             f"(> {policy.max_drain_fraction:g}): shared cause suspected, nobody drained"
         )
         return DrainPlan(guard=why, blocked=names)
-    total = recent_partition_drains + n
-    if partition > 0 and total / partition > policy.partition_max_drain_fraction:
+    counted = set(recent_drained) | set(names)
+    if partition > 0 and len(counted) / partition > policy.partition_max_drain_fraction:
         why = (
-            f"guard: {total} of {partition} partition nodes drained within "
+            f"guard: {len(counted)} distinct of {partition} partition nodes drained within "
             f"{policy.partition_window_s:g}s (> {policy.partition_max_drain_fraction:g}): "
-            "nobody drained"
+            f"{_counted(recent_drained, names)}: nobody drained"
         )
         return DrainPlan(guard=why, blocked=names)
     return DrainPlan(drain=tuple(slow))
+
+
+def _counted(recent: Set[str], new: Sequence[str]) -> str:
+    """Which nodes the partition guard counted: drained before, new now, drained again."""
+    parts = []
+    if before := [r for r in recent if r not in new]:
+        parts.append(f"{fold_nodes(before)} drained before")
+    if again := [n for n in new if n in recent]:
+        parts.append(f"{fold_nodes(again)} slow again")
+    if fresh := [n for n in new if n not in recent]:
+        parts.append(f"{fold_nodes(fresh)} slow now")
+    return ", ".join(parts)
 
 
 def may_resume(node: SlurmNode, recorded: str | None) -> tuple[bool, str]:

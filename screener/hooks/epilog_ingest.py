@@ -201,7 +201,7 @@ def drain_outliers(
         # and no two runs drain the same node (the count and the drains go together).
         with acting(records):
             since = now - timedelta(seconds=policy.slurm.partition_window_s)
-            recent = len(records.drains_since(partition, since)) if todo and partition else 0
+            recent = records.drains_since(partition, since) if todo and partition else set()
             plan = plan_drains(todo, len(job.nodes), len(partition), recent, policy.slurm)
             return apply_drains(
                 plan,

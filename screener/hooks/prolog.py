@@ -238,11 +238,16 @@ def _act(
         return _fail(policy, log, f"job {job.job_id}: {result.store_error or 'no database'}")
     now = datetime.now(UTC)
     actions.close_passing(result.summary, records, now, result.run_id)
-    if not drainable(result.summary, policy.verdict.confirm):
-        return 0  # nothing to drain: no need to ask Slurm for the partition's nodes
-    partition = [
-        n.name for n in client.nodes() if not job.partition or job.partition in n.partitions
-    ]
+    todo = drainable(result.summary, policy.verdict.confirm)
+    if not todo and not result.summary.shared_cause:
+        return 0  # nothing to drain nor to record: no need to ask Slurm for the partition
+    # A shared cause is recorded even when nothing is drained (the shared-cause alert);
+    # the partition is read only when there is something to drain (the guard needs it).
+    partition = (
+        [n.name for n in client.nodes() if not job.partition or job.partition in n.partitions]
+        if todo
+        else []
+    )
     # Under the actions lock, so the partition guard counts concurrent prologs' drains; with
     # SIGTERM held, so a drain and its record go together (PrologEpilogTimeout).
     with actions.acting(records):

@@ -179,7 +179,8 @@ class SlurmRecords(DrainIntents):
         return str(row.slurm_reason) if row.slurm_reason else None
 
     def drains_since(self, nodes: Sequence[str], since: datetime) -> set[str]:
-        """Which of ``nodes`` screener drained at or after ``since`` (partition guard)."""
+        """Which of ``nodes`` screener drained at or after ``since``: a set, so the partition
+        guard counts a node drained twice in the window (resumed while still slow) once."""
         if not nodes:
             return set()
         with self.store._read("read recent drains") as conn:

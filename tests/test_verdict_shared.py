@@ -1,0 +1,70 @@
+"""Shared cause and confirmation as the Slurm side acts on them (issue 19 items 8 and 10):
+an outlier within a fleet-wide slowdown is confirmed and drained, the nodes the shared
+cause explains are absolved (and recorded as such), and every median a reason quotes says
+which round it is from. Probes are the captured fio output scaled (tests/test_verdict_hold)."""
+
+from __future__ import annotations
+
+from screener.hooks.decide import absolved, drain_reason, drainable
+from screener.model import Status
+from screener.verdict import SLOW, confirm, evaluate, references, suspects
+from tests.test_verdict_hold import MB, POLICY, node, spread, statuses
+
+
+def test_outlier_within_a_shared_cause_is_confirmed_and_drainable_the_rest_absolved() -> None:
+    probes = spread(8, read=500, write=480)  # 6x below their 3,000 MB/s history
+    probes[4] = node("n05", read=60, write=480)  # 50x below it
+    history = {p.node: [3000 * MB] * 5 for p in probes}
+    first = evaluate(probes, history, POLICY)
+    assert first.shared_cause and suspects(first) == ["n05"]
+    refs = references(first, POLICY.confirm_references)
+    again = [node("n05", read=55, write=470)] + [node(r, read=510, write=480) for r in refs]
+    merged = confirm(first, evaluate(again, history, POLICY), refs)
+    got = statuses(merged)
+    assert got.pop("n05") == Status.SLOW_READ and set(got.values()) == {Status.UNKNOWN}
+    assert merged.shared_cause  # the run keeps its shared cause for the alert
+    # the 50x node is drained (what `screen` exits 3 for); the 7 others are absolved
+    assert [v.node for v in drainable(merged, confirm=True)] == ["n05"]
+    assert [v.node for v in merged.verdicts if v.status in SLOW] == ["n05"]  # `screen` exits 3
+    assert absolved(merged) == [f"n{i:02d}" for i in range(1, 9) if i != 5]
+    outlier = next(v for v in merged.verdicts if v.node == "n05")
+    assert outlier.confirmed and "outlier within a shared cause" in outlier.reason
+
+
+def test_all_slow_together_absolves_everyone_and_drains_nobody() -> None:
+    probes = spread(8, read=500, write=480)
+    history = {p.node: [3000 * MB] * 5 for p in probes}
+    summary = evaluate(probes, history, POLICY)
+    assert summary.shared_cause and drainable(summary, confirm=False) == []
+    assert absolved(summary) == [p.node for p in probes]
+
+
+def test_confirmed_reason_names_the_round_of_each_median() -> None:
+    first_probes = spread(8)  # ~3,090 MB/s
+    first_probes[0] = node("n01", read=150, write=2800)
+    first = evaluate(first_probes, {}, POLICY)
+    refs = references(first, POLICY.confirm_references)
+    # round 2 with 4 nodes at once reads faster (seen on the real fleet: 3,200 vs 1,800)
+    second = [node("n01", read=150, write=2800)] + [node(r, read=7500) for r in refs]
+    merged = confirm(first, evaluate(second, {}, POLICY), refs)
+    v = merged.verdicts[0]
+    assert v.confirmed and v.status == Status.SLOW_READ
+    assert "= 0.02x round-2 peer median 7,500 MB/s" in v.reason, v.reason
+    assert "round 1: seq read 150 MB/s = 0.05x round-1 peer median 3,0" in v.reason, v.reason
+    assert "0.02x peer median" not in v.reason  # no median left unnamed
+    # the run's median (shown beside the reasons) stays round 1's
+    assert merged.peer_read_median_mb_s == first.peer_read_median_mb_s
+    # the drain reason compares figures of one round: the round-2 read to round 2's median
+    assert drain_reason("screener:", v, merged.peer_read_median_mb_s, 9) == (
+        "screener: rd 0.02x peers r9"
+    )
+
+
+def test_transient_and_failed_reprobes_name_the_round_one_median() -> None:
+    first_probes = spread(8)
+    first_probes[0] = node("n01", read=150, write=2800)
+    first = evaluate(first_probes, {}, POLICY)
+    refs = references(first, POLICY.confirm_references)
+    second = [node("n01", read=3000)] + [node(r, read=3000) for r in refs]
+    v = confirm(first, evaluate(second, {}, POLICY), refs).verdicts[0]
+    assert v.status == Status.OK and "x round-1 peer median" in v.reason, v.reason
