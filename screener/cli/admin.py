@@ -142,7 +142,7 @@ def _run_header(d: RunDetail) -> list[str]:
     if r.shared_cause:
         lines.append(f"shared cause: {r.shared_cause_reason}")
     if d.guard_reason:
-        lines.append(f"guard tripped: {d.guard_reason}")
+        lines.append(f"guard or shared cause: {d.guard_reason}")
     return lines
 
 
