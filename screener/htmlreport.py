@@ -212,7 +212,8 @@ def render(detail: RunDetail, probes: Sequence[NodeProbe], now: datetime | None 
     if r.shared_cause:
         notes.append(f"<p><b>Shared cause:</b> {html.escape(r.shared_cause_reason)}</p>")
     if detail.guard_reason:
-        notes.append(f"<p><b>Drain guard or shared cause:</b> {html.escape(detail.guard_reason)}</p>")
+        why = html.escape(detail.guard_reason)
+        notes.append(f"<p><b>Drain guard or shared cause:</b> {why}</p>")
     return "\n".join(
         [
             "<!DOCTYPE html>",
