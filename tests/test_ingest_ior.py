@@ -11,6 +11,7 @@ then maps the per-rank CSV to nodes with Slurm's record of the job.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -79,4 +80,8 @@ def test_real_ior_throttled_node_gets_the_episode(
     doc = _ingest(cluster, tmp_path, job)
     slow = doc["in_job_slow"]
     assert isinstance(slow, list) and [s["node"] for s in slow] == [nodes[1]], doc["notes"]
-    assert str(slow[0]["reason"]).endswith("in 2 of 2 judged iterations")
+    # A blkio throttle can let an iteration's read start at full speed (a slice's unused
+    # allowance carries over), so it is an outlier in 1 or 2 iterations; at 20 MB/s every
+    # flagged iteration is decisive (<= decisive_ratio), which alone makes the episode.
+    reason = str(slow[0]["reason"])
+    assert re.search(r"= 0\.0\d+x job median .* in [12] of 2 judged iterations$", reason), reason

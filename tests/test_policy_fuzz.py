@@ -63,7 +63,7 @@ def exercise(policy: Policy, store: Store) -> None:
         for tag in (sl.tag, policy.ingest.drain_tag):
             check_reason(drain_reason(tag, verdict, 1800.0, 42))
         slow.append((verdict.node, "x"))
-    plan_drains(slow[:1], 8, 100, 3, sl)
+    plan_drains(slow[:1], 8, 100, {"node09", "node10", "node11"}, sl)
     windows = [
         timedelta(seconds=pr.fresh_s),
         timedelta(seconds=pr.flaky_window_s),

@@ -86,5 +86,5 @@ def test_deadline_must_be_positive(cluster: Any, tmp_path: Path) -> None:
     config, _ = _setup(cluster, tmp_path)
     res = run_screener(cluster, config, "screen", cluster.nodes[0], "--deadline", "0")
     assert res.returncode == 1 and res.stderr.strip() == (
-        "screener: error: --deadline must be > 0 seconds"
+        "screener: error: --deadline must be > 0 and <= 86400 seconds"
     )
