@@ -329,3 +329,14 @@ def test_script_on_fake_sysfs_md_over_two_nvme_picks_the_sick_one(tmp_path: Path
     facts = parse_facts(out, "fake")
     assert facts.device == "nvme3n1"
     assert (facts.pcie_width, facts.pcie_max_width) == (1, 4)
+
+
+@pytest.mark.parametrize("key", ["media_errors", "temperature", "critical_warning"])
+@pytest.mark.parametrize("value", ["NaN", "Infinity", "-Infinity"])
+def test_smart_log_nan_or_infinity_is_a_probe_error(key: str, value: str) -> None:
+    """json accepts NaN/Infinity; int() of them raised ValueError/OverflowError out of the
+    parser (found by test_fuzz_parsers)."""
+    doc = {"critical_warning": 0, "temperature": 310, "media_errors": 0, "percent_used": 1}
+    text = json.dumps(doc).replace(f'"{key}": {doc[key]}', f'"{key}": {value}')
+    with pytest.raises(ProbeError, match="not finite"):
+        parse_smart_log(text, "n")

@@ -9,6 +9,7 @@ item. A missing item (loop devices have no PCIe and no SMART) just has no sectio
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -322,6 +323,8 @@ def _smart_int(value: Any, key: str, node: str) -> int:
     """nvme-cli prints 128-bit counters as numbers, some versions as numeric strings."""
     if isinstance(value, bool):
         raise ProbeError(node, f"nvme smart-log {key} is not a number", repr(value))
+    if isinstance(value, float) and not math.isfinite(value):  # int() raises on NaN/inf
+        raise ProbeError(node, f"nvme smart-log {key} is not finite", repr(value))
     if isinstance(value, int | float):
         return int(value)
     if isinstance(value, str):
@@ -345,6 +348,8 @@ def _celsius(value: Any, node: str) -> float:
         value = number
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ProbeError(node, "nvme smart-log temperature is not a number", repr(value))
+    if not math.isfinite(value):
+        raise ProbeError(node, "nvme smart-log temperature is not finite", repr(value))
     return round(float(value) - 273.15, 2) if value >= 200 else float(value)
 
 
