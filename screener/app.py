@@ -16,12 +16,12 @@ import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 
-from screener import live, spool
+from screener import run_marker, spool
 from screener.errors import ConfigError, StoreError, Terminated
-from screener.model import Trigger
-from screener.nodes import expand_nodeset, fold_nodes
+from screener.hostlist import expand_nodeset, fold_nodes
 from screener.pipeline import BetweenRounds, NodeDone, ProbeLocks, Prober, ScreenResult, screen
 from screener.policy import Policy, TransportPolicy, database_url, validate
+from screener.probe_data import Trigger
 from screener.store import Store, open_store
 from screener.store.engine import describe, parse_url
 from screener.store.locks import probe_locks
@@ -150,10 +150,10 @@ def recorded_run(
             reason = str(exc)  # a server that does not answer: spool, decide anyway
 
         def started(run_id: int) -> None:  # a killed run is then marked failed by the next
-            live.mark_live(spool_dir, tag, nodes, policy.transport.kind, run_id)
+            run_marker.mark_live(spool_dir, tag, nodes, policy.transport.kind, run_id)
 
         recorder = spool.SpoolingStore(db, spool_dir, tag, reason, on_started=started, db=where)
-    marker = live.mark_live(spool_dir, tag, nodes, policy.transport.kind)
+    marker = run_marker.mark_live(spool_dir, tag, nodes, policy.transport.kind)
     try:
         yield recorder
         if db is not None and not (recorder and recorder.spooled):
@@ -255,13 +255,13 @@ async def _recover(transport: Transport, policy: Policy, store: spool.SpoolingSt
     left running on their nodes, mark their runs failed, then drop their live markers (a
     marker stays until its run is marked, e.g. while the database is down)."""
     spool_dir = policy.store.spool_dir
-    for path, doc in live.stale_runs(spool_dir):
+    for path, doc in run_marker.stale_runs(spool_dir):
         tag, stale_nodes = str(doc.get("uid", "")), [str(n) for n in doc.get("nodes", [])]
         with contextlib.suppress(Exception):
             async with asyncio.timeout(CLEANUP_TIMEOUT_S + 2):
                 await kill_tagged(transport, stale_nodes, tag)
         db = store.store if store is not None else None
-        if live.finish_stale(db, doc, datetime.now(UTC)):
+        if run_marker.finish_stale(db, doc, datetime.now(UTC)):
             path.unlink(missing_ok=True)  # kept while the DB is down: the next run finishes it
 
 

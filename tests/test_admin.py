@@ -15,7 +15,7 @@ from admin_seed import FLAKY, NODES, RESUMED, SLOW, TTR_S, Seeded, seed_fleet
 
 from screener.cli.admin import parse_since
 from screener.errors import ConfigError, StoreError
-from screener.model import Status, Trigger
+from screener.probe_data import Status, Trigger
 from screener.store import Store, open_store, views
 from screener.store.migrate import upgrade
 

@@ -17,7 +17,7 @@ from sqlalchemy import inspect
 from screener.store.engine import make_engine
 from screener.store.migrate import alembic_config, current_revision, head_revision, upgrade
 from screener.store.revision import revision_graph, schema_head
-from screener.store.schema import Base
+from screener.store.tables import Base
 
 REPO = Path(__file__).resolve().parent.parent
 TABLES = set(Base.metadata.tables) | {"alembic_version"}

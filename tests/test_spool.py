@@ -23,12 +23,12 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from screener import app, spool
-from screener.model import NodeProbe, RunSummary
 from screener.policy import Policy, ProbePolicy, StorePolicy, VerdictPolicy
 from screener.probe.facts import parse_facts
 from screener.probe.fio import parse_fio
 from screener.probe.iostat import parse_iostat
-from screener.verdict import evaluate
+from screener.probe_data import NodeProbe, RunSummary
+from screener.verdict.judge import evaluate
 
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
 SCREENER = [sys.executable, "-m", "screener.cli"]
@@ -239,7 +239,7 @@ def test_stored_policy_names_the_db_in_use_without_password(pg: ScratchPg, tmp_p
 def test_a_run_spooled_for_another_database_is_not_replayed_here(tmp_path: Path) -> None:
     from datetime import UTC, datetime
 
-    from screener.model import Trigger
+    from screener.probe_data import Trigger
     from screener.store import open_store
 
     spool_dir = str(tmp_path / "spool")

@@ -13,9 +13,9 @@ from sqlalchemy import func, select
 from store_data import at, error_probe, full_probe, verdict
 
 from screener.errors import StoreError
-from screener.model import IostatSample, NodeProbe, RunSummary, Status, Trigger
+from screener.probe_data import IostatSample, NodeProbe, RunSummary, Status, Trigger
 from screener.store import Store, open_store, views
-from screener.store.schema import Base
+from screener.store.tables import Base
 
 POLICY = {"verdict": {"max_write_read_ratio": 5.0}, "probe": {"client_keys": ("a", "b")}}
 

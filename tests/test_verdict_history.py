@@ -7,9 +7,9 @@ from datetime import timedelta
 
 from store_data import at, verdict
 
-from screener.model import FleetFigure, RunSummary, Status, Trigger
 from screener.policy import ProbePolicy
 from screener.probe.fio import recipe_fingerprint
+from screener.probe_data import FleetFigure, RunSummary, Status, Trigger
 from screener.store import Store, views
 
 pytest_plugins = ["store_fixtures"]  # fixtures: db_backend, db_url, empty_db_url, pg_dbs, db_store

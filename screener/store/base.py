@@ -20,13 +20,13 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql, sqlite
 
 from screener.errors import StoreError
-from screener.model import RunSummary
+from screener.probe_data import RunSummary
 from screener.store import convert
 from screener.store.engine import (
     describe,
     translated,
 )
-from screener.store.schema import (
+from screener.store.tables import (
     NodeRecord,
     RunRecord,
 )

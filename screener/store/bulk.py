@@ -18,18 +18,18 @@ from typing import Any
 from sqlalchemy import Connection, insert, select, text
 
 from screener.errors import StoreError
-from screener.model import NodeProbe, RunSummary
+from screener.probe_data import NodeProbe, RunSummary
 from screener.store import convert
 from screener.store.base import ensure_nodes, positive, record_run_outcome, run_started
 from screener.store.engine import translated
-from screener.store.schema import (
+from screener.store.store import Store
+from screener.store.tables import (
     FactsRecord,
     IostatRecord,
     NodeProbeRecord,
     ProbeJobRecord,
     VerdictRecord,
 )
-from screener.store.store import Store
 
 Rows = list[dict[str, Any]]
 _JSON_COLUMNS = {"md_arrays", "md_degraded", "md_rebuilding", "signals"}

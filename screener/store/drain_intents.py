@@ -11,11 +11,11 @@ from datetime import datetime
 
 from sqlalchemy import Connection, insert, select
 
-from screener.model import Trigger
+from screener.probe_data import Trigger
 from screener.store import convert
 from screener.store.base import aware, ensure_nodes, run_started
-from screener.store.schema import EpisodeRecord, EventRecord, NodeRecord, RunRecord
 from screener.store.store import Store
+from screener.store.tables import EpisodeRecord, EventRecord, NodeRecord, RunRecord
 
 # The events that settle a drain intent ("drain_pending"): whichever of these is a node's
 # latest says whether an intent is still open.

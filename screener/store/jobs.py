@@ -15,11 +15,12 @@ from datetime import datetime
 from sqlalchemy import Connection, delete, insert, select
 
 from screener.errors import StoreError
-from screener.model import Status, Trigger
+from screener.probe_data import Status, Trigger
 from screener.store import convert
 from screener.store.base import JOB_ID_MAX, aware, ensure_nodes, new_id
 from screener.store.engine import screener_version, translated
-from screener.store.schema import (
+from screener.store.store import Store
+from screener.store.tables import (
     EpisodeRecord,
     EventRecord,
     JobIngestRecord,
@@ -28,7 +29,6 @@ from screener.store.schema import (
     RunRecord,
     VerdictRecord,
 )
-from screener.store.store import Store
 
 # Reason prefix of the episodes ingest writes (SlowNode reasons start with it), so a
 # --replace removes only those, never another writer's trigger-"job" episodes (the

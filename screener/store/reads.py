@@ -11,15 +11,15 @@ from sqlalchemy import (
     select,
 )
 
-from screener.model import FleetFigure, NodeProbe, Status, Trigger, Verdict
+from screener.probe_data import FleetFigure, NodeProbe, Status, Trigger, Verdict
 from screener.store import convert, history
 from screener.store.base import StoreBase, aware
-from screener.store.rows import (
+from screener.store.query_rows import (
     EventRow,
     RunRow,
     is_slow,
 )
-from screener.store.schema import (
+from screener.store.tables import (
     EventRecord,
     FactsRecord,
     IostatRecord,

@@ -17,11 +17,12 @@ from typing import Any
 from sqlalchemy import case, func, select
 
 from screener.errors import StoreError
-from screener.model import Status, Trigger
+from screener.probe_data import Status, Trigger
 from screener.store.base import aware, read_only
+from screener.store.query_rows import FlakyNodeRow, RunDetail, RunNodeRow, RunRow
 from screener.store.reads import run_row
-from screener.store.rows import FlakyNodeRow, RunDetail, RunNodeRow, RunRow
-from screener.store.schema import (
+from screener.store.store import Store
+from screener.store.tables import (
     EpisodeRecord,
     EventRecord,
     NodeProbeRecord,
@@ -29,7 +30,6 @@ from screener.store.schema import (
     RunRecord,
     VerdictRecord,
 )
-from screener.store.store import Store
 
 
 def flaky(store: Store, since: datetime, min_episodes: int) -> list[FlakyNodeRow]:

@@ -8,11 +8,11 @@ from datetime import datetime
 
 from sqlalchemy import insert, or_, select, update
 
-from screener.model import Status, Trigger
+from screener.probe_data import Status, Trigger
 from screener.store import convert
 from screener.store.base import aware, ensure_nodes
 from screener.store.drain_intents import DrainIntents, PendingDrain, open_episode_in
-from screener.store.schema import (
+from screener.store.tables import (
     EpisodeRecord,
     EventRecord,
     NodeRecord,

@@ -15,7 +15,7 @@ from sqlalchemy import (
 )
 
 from screener.errors import StoreError
-from screener.model import NodeProbe, RunSummary, Trigger
+from screener.probe_data import NodeProbe, RunSummary, Trigger
 from screener.store import convert
 from screener.store.base import (
     JOB_ID_MAX,
@@ -30,7 +30,7 @@ from screener.store.engine import (
     screener_version,
 )
 from screener.store.reads import StoreReads
-from screener.store.schema import (
+from screener.store.tables import (
     DRY_RUN_ACTIONS,
     EVENT_ACTIONS,
     INTENT_ACTIONS,

@@ -6,7 +6,7 @@ as before.
 Every query is written to stay fast at fleet scale (10,000 nodes x a year of nightly
 sweeps, see docs/performance.md): "latest per node" is one index probe per node (a
 ``LIMIT 1`` on ``(node_id, started_at, run_id)``), never a scan of all verdicts, and the
-windows (``--since``) are range scans. Results are the frozen rows of rows.py.
+windows (``--since``) are range scans. Results are the frozen rows of query_rows.py.
 """
 
 from __future__ import annotations
@@ -20,13 +20,13 @@ from sqlalchemy import Connection, func, select, true
 from sqlalchemy.orm import aliased
 
 from screener.errors import StoreError
-from screener.model import Status, Trigger
+from screener.probe_data import Status, Trigger
 from screener.store import convert
 from screener.store.base import aware, read_only
-from screener.store.rows import LatestVerdictRow, NodeHistoryRow, NodeRow
+from screener.store.query_rows import LatestVerdictRow, NodeHistoryRow, NodeRow
 from screener.store.run_views import counters, flaky, probe_duration_buckets, run_detail
-from screener.store.schema import EventRecord, NodeRecord, RunRecord, VerdictRecord
 from screener.store.store import Store
+from screener.store.tables import EventRecord, NodeRecord, RunRecord, VerdictRecord
 
 __all__ = [
     "DRAIN_STATE_ACTIONS",

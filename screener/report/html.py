@@ -19,8 +19,8 @@ import plotly.graph_objects as go
 import plotly.io as pio
 from plotly.offline import get_plotlyjs
 
-from screener.model import NodeProbe, Status
-from screener.store.rows import RunDetail, RunNodeRow
+from screener.probe_data import NodeProbe, Status
+from screener.store.query_rows import RunDetail, RunNodeRow
 
 SLOW_COLOUR = "#d62728"  # red: SLOW_READ / SLOW_WRITE (the test looks for this colour)
 COLOURS = {
@@ -212,7 +212,9 @@ def render(detail: RunDetail, probes: Sequence[NodeProbe], now: datetime | None 
     if r.shared_cause:
         notes.append(f"<p><b>Shared cause:</b> {html.escape(r.shared_cause_reason)}</p>")
     if detail.guard_reason:
-        notes.append(f"<p><b>Drain guard or shared cause:</b> {html.escape(detail.guard_reason)}</p>")
+        notes.append(
+            f"<p><b>Drain guard or shared cause:</b> {html.escape(detail.guard_reason)}</p>"
+        )
     return "\n".join(
         [
             "<!DOCTYPE html>",

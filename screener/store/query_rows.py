@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from screener.model import Status, Trigger, Verdict
+from screener.probe_data import Status, Trigger, Verdict
 
 
 @dataclass(frozen=True)
