@@ -44,23 +44,6 @@ def test_nodes_shows_latest_verdict_age_and_screener_drains(fleet: tuple[Store, 
     assert rows["node01"].read_mb_s == pytest.approx(2900.0)
 
 
-def test_latest_verdicts_matches_node_overview(fleet: tuple[Store, Seeded]) -> None:
-    store, seeded = fleet
-    latest = {r.verdict.node: r.run_id for r in views.latest_verdicts(store)}
-    assert latest == {n: seeded.prolog if n in NODES[:4] else seeded.sweeps[-1] for n in NODES}
-
-
-def test_slurm_state_seam_is_used_when_given(fleet: tuple[Store, Seeded]) -> None:
-    store, _ = fleet
-
-    class States:
-        def node_states(self, nodes: list[str]) -> dict[str, str]:
-            return {n: "drained" if n == SLOW else "idle" for n in nodes}
-
-    rows = {r.node: r for r in views.node_overview(store, NOW, States())}
-    assert rows[SLOW].slurm_state == "drained" and rows["node01"].slurm_state == "idle"
-
-
 def test_history_is_windowed_and_newest_first(fleet: tuple[Store, Seeded]) -> None:
     store, seeded = fleet
     hist = views.node_history(store, SLOW, NOW - timedelta(days=30))

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from screener.errors import ConfigError, ProbeError
-from screener.ingest.files import load_files, outputs_near, parse_text, sniff
+from screener.ingest.files import load_files, outputs_near, parse_text
 from screener.ingest.judge import judge_job
 from screener.ingest.layout import block_layout
 from screener.ingest.results import ParsedFile, Phase, SourceKind
@@ -33,12 +33,12 @@ def test_copies_are_unedited(name: str) -> None:
 
 
 def test_kinds_are_told_by_content() -> None:
-    assert sniff((DATA / "ior-fpp-text.txt").read_text(), "x") is SourceKind.IOR_TEXT
-    assert sniff((DATA / "ior-fpp-summary.json").read_text(), "x") is SourceKind.IOR_JSON
-    assert sniff((DATA / "ior-fpp-ranks.csv").read_text(), "x") is SourceKind.IOR_CSV
-    assert sniff((DATA / "fio-4jobs.json").read_text(), "x") is SourceKind.FIO_JSON
+    assert parse_text((DATA / "ior-fpp-text.txt").read_text(), "x").kind is SourceKind.IOR_TEXT
+    assert parse_text((DATA / "ior-fpp-summary.json").read_text(), "x").kind is SourceKind.IOR_JSON
+    assert parse_text((DATA / "ior-fpp-ranks.csv").read_text(), "x").kind is SourceKind.IOR_CSV
+    assert parse_text((DATA / "fio-4jobs.json").read_text(), "x").kind is SourceKind.FIO_JSON
     with pytest.raises(ProbeError, match="not an IOR text report"):
-        sniff((DATA / "README.md").read_text(), "README.md")
+        parse_text((DATA / "README.md").read_text(), "README.md")
 
 
 def test_ior_text_gives_the_phase_figures_ior_printed() -> None:

@@ -171,13 +171,6 @@ def test_node_history_rows(db_store: Store) -> None:
     assert len(views.node_history(db_store, "node01", at(2))) == 1  # only run 2 since hour 2
 
 
-def test_latest_verdicts_picks_each_nodes_newest(db_store: Store) -> None:
-    run_with(db_store, 1, {"node01": Status.OK, "node02": Status.OK})
-    r2 = run_with(db_store, 2, {"node01": Status.SLOW_READ})
-    latest = {r.verdict.node: (r.run_id, r.verdict.status) for r in views.latest_verdicts(db_store)}
-    assert latest == {"node01": (r2, Status.SLOW_READ), "node02": (r2 - 1, Status.OK)}
-
-
 def test_events(db_store: Store) -> None:
     rid = run_with(db_store, 1, {"node01": Status.SLOW_READ})
     db_store.record_event(

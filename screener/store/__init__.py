@@ -6,12 +6,11 @@ is slow to import and a store at head never needs it).
 """
 
 from screener.store.opening import open_store
-from screener.store.query_rows import EventRow, LatestVerdictRow, NodeHistoryRow, RunRow
+from screener.store.query_rows import EventRow, NodeHistoryRow, RunRow
 from screener.store.store import Store
 
 __all__ = [
     "EventRow",
-    "LatestVerdictRow",
     "NodeHistoryRow",
     "RunRow",
     "Store",
