@@ -27,6 +27,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("screening loop", ("screener.pipeline",)),
     ("services", ("screener.spool", "screener.ingest", "screener.report")),
     ("run bookkeeping", ("screener.run_marker", "screener.metrics")),
+    ("running a screen", ("screener.run",)),
     ("composition root", ("screener.app",)),
     ("Slurm hooks", ("screener.hooks",)),
     ("commands", ("screener.cli",)),
