@@ -117,3 +117,27 @@ def test_the_rule_catches_an_upward_import(module: str, line: str) -> None:
     """The checker itself: each of these imports runs up a layer (or across one) and is named."""
     source = f"def f():\n{line}\n" if line.startswith(" ") else line
     assert violations(module, source), line
+
+
+def private_store_uses(source: str) -> list[str]:
+    """Accesses of a private member of something called a store (``self.store._write``,
+    ``store._read``): the store's public surface (screener/store/__init__.py) is the way in."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if (
+            isinstance(node, ast.Attribute)
+            and node.attr.startswith("_")
+            and not node.attr.startswith("__")
+            and ast.unparse(node.value).split(".")[-1] in {"store", "db"}
+        ):
+            found.append(f"{ast.unparse(node.value)}.{node.attr}")
+    return found
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_nobody_reaches_into_a_store(module: str) -> None:
+    assert private_store_uses(MODULES[module].read_text()) == []
+
+
+def test_a_private_store_access_is_caught() -> None:
+    assert private_store_uses("with self.store._write('x') as c: pass") == ["self.store._write"]

@@ -125,13 +125,14 @@ class StoreBase:
         self.close()
 
     @contextmanager
-    def _write(self, doing: str) -> Iterator[Connection]:
-        """One transaction (SQLite: BEGIN IMMEDIATE); commit on success, else roll back."""
+    def writing(self, doing: str) -> Iterator[Connection]:
+        """One write transaction (SQLite: BEGIN IMMEDIATE); commit on success, else roll back.
+        Database errors become StoreError("cannot <doing>: ...")."""
         with translated(doing), self.engine.begin() as conn:
             yield conn
 
     @contextmanager
-    def _read(self, doing: str) -> Iterator[Connection]:
+    def reading(self, doing: str) -> Iterator[Connection]:
         """A read-only transaction that does not take SQLite's write lock."""
         with read_only(self.engine, doing) as conn:
             yield conn

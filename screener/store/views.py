@@ -21,7 +21,7 @@ from sqlalchemy.orm import aliased
 
 from screener.errors import StoreError
 from screener.probe_data import Status, Trigger
-from screener.store.base import aware, read_only
+from screener.store.base import aware
 from screener.store.query_rows import NodeHistoryRow, NodeRow
 from screener.store.run_views import counters, flaky, probe_duration_buckets, run_detail
 from screener.store.store import Store
@@ -156,7 +156,7 @@ def node_overview(store: Store, now: datetime) -> list[NodeRow]:
     """Every node: its latest verdict and figures, the age of its last probe, and whether
     screener drained it (its last drain/resume event is a drain)."""
     now = aware(now, "now")
-    with read_only(store.engine, "list nodes") as conn:
+    with store.reading("list nodes") as conn:
         rows = _latest_rows(conn, _OVERVIEW)
     out = []
     # tuples unpacked in _OVERVIEW order: attribute access on 10,000 rows costs tens of ms
@@ -205,7 +205,7 @@ def node_columns(store: Store) -> NodeColumns:
     """What the exporter needs of every node, in one query: the same latest verdict and
     drain state as ``node_overview``, only the columns it exports, transposed to columns
     (a scrape of 10,000 nodes spends its time here and in rendering, docs/performance.md)."""
-    with read_only(store.engine, "read the nodes' latest figures") as conn:
+    with store.reading("read the nodes' latest figures") as conn:
         rows = _latest_rows(conn, _FIGURES, ("action",))
     if not rows:
         return NodeColumns((), (), (), (), (), (), (), ())
@@ -219,7 +219,7 @@ def change_marks(store: Store) -> tuple[int, int, int]:
     """The highest node, verdict and node-event ids (three primary-key lookups): while they
     stay the same, no node, verdict or drain/resume has been added, so ``node_columns``
     would return the same (the store only inserts these rows; it never updates them)."""
-    with read_only(store.engine, "read the newest ids") as conn:
+    with store.reading("read the newest ids") as conn:
         row = conn.execute(
             select(
                 select(func.max(NodeRecord.id)).scalar_subquery(),
@@ -234,7 +234,7 @@ def node_history(store: Store, node: str, since: datetime) -> list[NodeHistoryRo
     """The node's verdicts since ``since``, newest first (a range scan of one index)."""
     start = aware(since, "since")
     v = VerdictRecord
-    with read_only(store.engine, f"read the history of {node}") as conn:
+    with store.reading(f"read the history of {node}") as conn:
         node_id = conn.scalar(select(NodeRecord.id).where(NodeRecord.name == node))
         if node_id is None:
             raise StoreError(f"node {node} is not in the database")
