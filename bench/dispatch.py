@@ -33,9 +33,9 @@ sys.path.insert(0, str(ROOT))
 from deploy.minicluster.cluster import Cluster  # noqa: E402
 from deploy.minicluster.spec import SPEC_FILE  # noqa: E402
 from screener.app import make_transport  # noqa: E402
-from screener.nodes import fold_nodes  # noqa: E402
+from screener.hostlist import fold_nodes  # noqa: E402
 from screener.policy import TransportPolicy  # noqa: E402
-from screener.runner import run_command  # noqa: E402
+from screener.process import run_command  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "dispatch.json"
 TARGET_MS_PER_NODE = 15.0

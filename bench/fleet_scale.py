@@ -43,11 +43,10 @@ from rich.console import Console  # noqa: E402
 from sqlalchemy import create_engine, insert, select, text  # noqa: E402
 from sqlalchemy.engine import make_url  # noqa: E402
 
-from screener import report  # noqa: E402
 from screener.cli import admin  # noqa: E402
 from screener.metrics import StoreCollector  # noqa: E402
 from screener.metrics.exposition import render  # noqa: E402
-from screener.model import (  # noqa: E402
+from screener.probe_data import (  # noqa: E402
     FioJobResult,
     NodeFacts,
     NodeProbe,
@@ -57,9 +56,10 @@ from screener.model import (  # noqa: E402
     Trigger,
     Verdict,
 )
+from screener.report import terminal  # noqa: E402
 from screener.store import Store, bulk, convert, open_store, views  # noqa: E402
 from screener.store.migrate import upgrade  # noqa: E402
-from screener.store.schema import EpisodeRecord, EventRecord, NodeRecord  # noqa: E402
+from screener.store.tables import EpisodeRecord, EventRecord, NodeRecord  # noqa: E402
 
 PG_ADMIN = os.environ.get("SCREENER_BENCH_PG_URL", "postgresql+psycopg://postgres@127.0.0.1/test")
 RESULTS = ROOT / "bench" / "results"
@@ -369,10 +369,10 @@ def queries(store: Store, fleet: Fleet) -> dict[str, Any]:
         console = Console(file=io.StringIO(), width=200)
         console.print(admin.nodes_summary(rows, 2 * 86400))
         look = [r for r in rows if admin.needs_a_look(r, 2 * 86400)]
-        console.print(report.rows_table("nodes", look))
+        console.print(terminal.rows_table("nodes", look))
 
     def nodes_json() -> None:
-        report.rows_json(views.node_overview(store, now))
+        terminal.rows_json(views.node_overview(store, now))
 
     return {
         "history_30d_ms": {"p50": statistics.median(hist) * 1e3, "p95": p95(hist) * 1e3},

@@ -16,7 +16,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
 from screener.errors import ProbeError, ScreenerError, StoreError, TransportError
-from screener.model import FleetFigure, IostatSample, NodeFacts, NodeProbe, RunSummary, Trigger
 from screener.policy import Policy
 from screener.probe.facts import facts_argv, parse_facts
 from screener.probe.fio import (
@@ -31,9 +30,10 @@ from screener.probe.fio import (
 )
 from screener.probe.iostat import iostat_argv, iostat_count, parse_iostat
 from screener.probe.preflight import parse_preflight, preflight_argv
+from screener.probe_data import FleetFigure, IostatSample, NodeFacts, NodeProbe, RunSummary, Trigger
 from screener.steady import annotate, deep_rounds
 from screener.transport.base import CommandResult, Transport, check
-from screener.verdict import confirm, evaluate, references, suspects
+from screener.verdict.judge import confirm, evaluate, references, suspects
 
 
 class Clock(Protocol):

@@ -392,8 +392,8 @@ def validate(p: Policy) -> Policy:
 
 def tag_problem(tag: str) -> str | None:
     """Why ``tag`` cannot start a drain reason, or None: 1-16 characters that Slurm's reason
-    check (screener.slurm.model.check_reason) accepts, so no drain is refused later."""
-    from screener.slurm.model import check_reason  # screener.slurm imports this module
+    check (screener.slurm.client.check_reason) accepts, so no drain is refused later."""
+    from screener.slurm.client import check_reason  # screener.slurm imports this module
 
     if not 0 < len(tag) <= 16:
         return "must be 1-16 characters"

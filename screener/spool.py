@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from screener.errors import StoreError
-from screener.model import FleetFigure, NodeProbe, RunSummary, Trigger
 from screener.pipeline import RunStore
+from screener.probe_data import FleetFigure, NodeProbe, RunSummary, Trigger
 
 UID_KEY = "run_tag"  # key in the stored policy dict: the run tag (= spool file uid)
 PREFIX, SUFFIX = "run-", ".jsonl"
@@ -54,7 +54,7 @@ def to_json(obj: Any) -> Any:
 
 
 def from_json(tp: Any, data: Any) -> Any:
-    """The inverse of :func:`to_json` for the model's dataclasses (driven by type hints)."""
+    """The inverse of :func:`to_json` for the probe_data dataclasses (driven by type hints)."""
     origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):
         if data is None:

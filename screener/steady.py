@@ -10,8 +10,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 
-from screener.model import NodeProbe, RunSummary
 from screener.policy import SweepPolicy
+from screener.probe_data import NodeProbe, RunSummary
 
 STEADY, NOT_STEADY = "steady", "not_steady"  # the verdict signal each deep node carries
 

@@ -13,8 +13,8 @@ from screener.ingest.files import load_files
 from screener.ingest.judge import judge_job
 from screener.ingest.layout import block_layout
 from screener.ingest.service import store_rows
-from screener.model import RunSummary, Status, Trigger, Verdict
 from screener.policy import VerdictPolicy
+from screener.probe_data import RunSummary, Status, Trigger, Verdict
 from screener.store import Store
 from screener.store.jobs import IngestHead, record_ingest
 

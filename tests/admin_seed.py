@@ -20,9 +20,9 @@ from datetime import datetime, timedelta
 from sqlalchemy import insert, select
 from store_data import error_probe, full_probe
 
-from screener.model import NodeProbe, RunSummary, Status, Trigger, Verdict
+from screener.probe_data import NodeProbe, RunSummary, Status, Trigger, Verdict
 from screener.store import Store
-from screener.store.schema import EpisodeRecord, EventRecord, NodeRecord
+from screener.store.tables import EpisodeRecord, EventRecord, NodeRecord
 
 NODES = [f"node{i:02d}" for i in range(1, 9)]
 SLOW = "node03"

@@ -7,7 +7,7 @@ import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from screener.model import (
+from screener.probe_data import (
     FioJobResult,
     IostatSample,
     MdStatus,

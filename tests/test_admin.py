@@ -15,7 +15,7 @@ from admin_seed import FLAKY, NODES, RESUMED, SLOW, TTR_S, Seeded, seed_fleet
 
 from screener.cli.admin import parse_since
 from screener.errors import ConfigError, StoreError
-from screener.model import Status, Trigger
+from screener.probe_data import Status, Trigger
 from screener.store import Store, open_store, views
 from screener.store.migrate import upgrade
 
@@ -42,23 +42,6 @@ def test_nodes_shows_latest_verdict_age_and_screener_drains(fleet: tuple[Store, 
     assert rows["node05"].status is Status.UNKNOWN and rows["node05"].age_s == pytest.approx(86400)
     assert rows["node08"].run_id == seeded.sweeps[-1]  # not in the prolog run: last sweep
     assert rows["node01"].read_mb_s == pytest.approx(2900.0)
-
-
-def test_latest_verdicts_matches_node_overview(fleet: tuple[Store, Seeded]) -> None:
-    store, seeded = fleet
-    latest = {r.verdict.node: r.run_id for r in views.latest_verdicts(store)}
-    assert latest == {n: seeded.prolog if n in NODES[:4] else seeded.sweeps[-1] for n in NODES}
-
-
-def test_slurm_state_seam_is_used_when_given(fleet: tuple[Store, Seeded]) -> None:
-    store, _ = fleet
-
-    class States:
-        def node_states(self, nodes: list[str]) -> dict[str, str]:
-            return {n: "drained" if n == SLOW else "idle" for n in nodes}
-
-    rows = {r.node: r for r in views.node_overview(store, NOW, States())}
-    assert rows[SLOW].slurm_state == "drained" and rows["node01"].slurm_state == "idle"
 
 
 def test_history_is_windowed_and_newest_first(fleet: tuple[Store, Seeded]) -> None:

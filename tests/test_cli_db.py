@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 
-from screener.store.migrate import head_revision
+from screener.store.revision import schema_head
 
 pytest_plugins = ["store_fixtures"]  # fixtures: db_backend, empty_db_url, pg_dbs
 
@@ -28,7 +28,7 @@ def test_db_current_then_upgrade_then_current(empty_db_url: str) -> None:
     assert "not initialised" in before.stdout
     up = db("upgrade", empty_db_url)
     assert up.returncode == 0, up.stderr
-    assert f"database at revision {head_revision()}" in up.stdout
+    assert f"database at revision {schema_head()}" in up.stdout
     again = db("upgrade", empty_db_url)  # idempotent
-    assert again.returncode == 0 and head_revision() in again.stdout
-    assert head_revision() in db("current", empty_db_url).stdout
+    assert again.returncode == 0 and schema_head() in again.stdout
+    assert schema_head() in db("current", empty_db_url).stdout

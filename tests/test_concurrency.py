@@ -33,7 +33,7 @@ from sqlalchemy import func, select
 from screener.errors import StoreError
 from screener.store import open_store
 from screener.store.locks import NodeLocks, actions_lock
-from screener.store.schema import NodeProbeRecord, NodeRecord, RunRecord
+from screener.store.tables import NodeProbeRecord, NodeRecord, RunRecord
 from tests.hooked_cluster import SCREENER, sinfo_nodes, write_config
 
 pytest_plugins = ["store_fixtures"]  # fixtures: db_backend, db_url, pg_dbs
@@ -46,7 +46,7 @@ import json, os, sys, time
 import screener.pipeline as pipeline
 import screener.transport.local as local
 from screener import app
-from screener.model import Trigger
+from screener.probe_data import Trigger
 from screener.policy import load_policy
 
 config, trace, trigger, job, *nodes = sys.argv[1:]
@@ -190,7 +190,7 @@ import json, sys
 from datetime import UTC, datetime
 from screener.hooks.actions import apply_drains, resume_node
 from screener.hooks.decide import DrainPlan
-from screener.model import Trigger
+from screener.probe_data import Trigger
 from screener.slurm.cli_backend import CliSlurm
 from screener.store import open_store
 from screener.store.slurm_records import SlurmRecords

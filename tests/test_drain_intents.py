@@ -19,9 +19,9 @@ import pytest
 
 from screener.hooks.actions import apply_drains, finish_pending
 from screener.hooks.decide import DrainPlan, settle_intent
-from screener.model import Trigger
+from screener.probe_data import Trigger
 from screener.slurm.cli_backend import CliSlurm
-from screener.slurm.model import SlurmNode
+from screener.slurm.client import SlurmNode
 from screener.slurm.parse import parse_sinfo
 from screener.store import Store, open_store
 from screener.store.slurm_records import SlurmRecords
@@ -111,7 +111,7 @@ import os, signal, sys
 from datetime import UTC, datetime
 from screener.hooks.actions import apply_drains
 from screener.hooks.decide import DrainPlan
-from screener.model import Trigger
+from screener.probe_data import Trigger
 from screener.slurm.cli_backend import CliSlurm
 from screener.store import open_store
 from screener.store.slurm_records import SlurmRecords

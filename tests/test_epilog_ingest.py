@@ -23,11 +23,11 @@ from screener.hooks.epilog_ingest import (
     owned_reader,
     pattern_dir,
 )
-from screener.hooks.logging import HookLog
+from screener.hooks.hooklog import HookLog
 from screener.ingest.judge import Figure
 from screener.ingest.results import Phase, SourceKind
 from screener.policy import IngestPolicy, Policy, StorePolicy, policy_from_dict
-from screener.slurm.model import SlurmJob
+from screener.slurm.client import SlurmJob
 
 DATA = Path(__file__).resolve().parent / "data" / "ior"
 

@@ -17,7 +17,7 @@ from store_data import full_probe
 
 from screener.errors import ConfigError
 from screener.metrics import StoreCollector, parse_listen, write_textfile
-from screener.model import Status, Trigger
+from screener.probe_data import Status, Trigger
 from screener.store import Store, open_store
 from screener.store.migrate import upgrade
 

@@ -1,17 +1,20 @@
 """What a fresh machine lacks: machine state the project must create itself, and a plain
 (non-editable) wheel install that must be able to migrate its database.
 
-The cluster test runs first in the session (see conftest.py): it removes sshd's
-privilege-separation directory, which the session cluster's sshd would need per connection.
+The cluster test runs first in the session (see conftest.py): it moves sshd's
+privilege-separation directory aside, which the session cluster's sshd would need per
+connection, and puts back exactly what it found (the same directory, or nothing).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import stat
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -54,15 +57,52 @@ def test_a_file_in_place_of_the_privsep_dir_is_refused_not_removed(tmp_path: Pat
     assert target.read_text() == "keep me"
 
 
+@contextlib.contextmanager
+def moved_aside(path: Path) -> Iterator[None]:
+    """``path`` absent for the block; afterwards exactly what was there before: the same
+    directory (renamed back: inode, mode, owner, contents), or nothing."""
+    saved = path.with_name(f"{path.name}.screener-test-{os.getpid()}")
+    found = path.exists() or path.is_symlink()
+    if found:
+        path.rename(saved)
+    try:
+        yield
+    finally:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)  # the one the block made
+        if found:
+            saved.rename(path)
+
+
+def test_moved_aside_puts_back_the_same_directory(tmp_path: Path) -> None:
+    target = tmp_path / "sshd"
+    target.mkdir(mode=0o711)
+    (target / "keep").write_text("me")
+    before = target.stat()
+    with moved_aside(target):
+        assert not target.exists()
+        target.mkdir()  # what the cluster's ensure_privsep_dir does
+    after = target.stat()
+    assert (after.st_ino, stat.S_IMODE(after.st_mode)) == (before.st_ino, 0o711)
+    assert (target / "keep").read_text() == "me"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["sshd"]
+
+
+def test_moved_aside_leaves_nothing_where_nothing_was(tmp_path: Path) -> None:
+    target = tmp_path / "sshd"
+    with moved_aside(target):
+        target.mkdir()
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.fresh_machine
 def test_cluster_comes_up_without_run_sshd_and_every_node_answers() -> None:
     """The bug a fresh machine showed: sshd exited at once ("Missing privilege separation
-    directory: /run/sshd"). Remove it, bring a cluster up, ssh to every node."""
+    directory: /run/sshd"). Move it aside, bring a cluster up, ssh to every node, put it back."""
     if os.environ.get("SCREENER_SKIP_CLUSTER") == "1":
         pytest.skip("SCREENER_SKIP_CLUSTER=1: emulated cluster disabled")
-    shutil.rmtree(SSHD_PRIVSEP_DIR, ignore_errors=True)
-    assert not SSHD_PRIVSEP_DIR.exists()
-    with claim_slot() as slot:
+    with claim_slot() as slot, moved_aside(SSHD_PRIVSEP_DIR):
+        assert not SSHD_PRIVSEP_DIR.exists()
         mc = Cluster(slot.state_dir)
         try:
             info = mc.up(3, subnet=slot.subnet, slurm_port_base=slot.slurm_port_base)

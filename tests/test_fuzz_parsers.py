@@ -23,13 +23,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from screener.errors import ProbeError, SlurmError
-from screener.model import IostatSample
 from screener.policy import ProbePolicy
 from screener.probe.facts import parse_facts, parse_mdstat, parse_smart_log
 from screener.probe.fio import parse_fio
 from screener.probe.iostat import parse_iostat
 from screener.probe.preflight import parse_preflight
-from screener.slurm.model import SlurmJob, SlurmNode
+from screener.probe_data import IostatSample
+from screener.slurm.client import SlurmJob, SlurmNode
 from screener.slurm.parse import parse_sinfo, parse_squeue
 
 DATA = Path(__file__).parent / "data" / "probe"

@@ -19,7 +19,7 @@ import pytest
 
 from screener.cli.common import MAX_LIMIT
 from screener.errors import ConfigError
-from screener.nodes import MAX_NODES, count_nodes, expand_nodeset, validate_node
+from screener.hostlist import MAX_NODES, count_nodes, expand_nodeset, validate_node
 from screener.policy import ProbePolicy, load_policy, target_problem
 from screener.probe.fio import cleanup_argv, fio_argv, layout_argv
 

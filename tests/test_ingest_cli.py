@@ -14,10 +14,10 @@ import pytest
 from sqlalchemy import func, select
 
 from screener.cli import main
-from screener.model import RunSummary, Status, Trigger, Verdict
+from screener.probe_data import RunSummary, Status, Trigger, Verdict
 from screener.store import open_store
 from screener.store.engine import make_engine
-from screener.store.schema import EpisodeRecord, JobIngestRecord, JobResultRecord, NodeRecord
+from screener.store.tables import EpisodeRecord, JobIngestRecord, JobResultRecord, NodeRecord
 
 pytest_plugins = ["store_fixtures"]  # fixtures: db_backend, db_url, pg_dbs
 

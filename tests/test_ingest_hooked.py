@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from deploy.minicluster import ClusterHandle
-from screener.nodes import fold_nodes
+from screener.hostlist import fold_nodes
 from screener.store import open_store
 from tests.hooked_cluster import (
     hooked_cluster,

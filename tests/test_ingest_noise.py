@@ -21,8 +21,8 @@ from screener.ingest.judge import JobFigures, judge_job
 from screener.ingest.layout import block_layout
 from screener.ingest.results import Phase
 from screener.ingest.service import store_rows
-from screener.model import RunSummary, Status, Trigger, Verdict
 from screener.policy import IngestPolicy, VerdictPolicy, policy_from_dict
+from screener.probe_data import RunSummary, Status, Trigger, Verdict
 from screener.store import Store
 from screener.store.jobs import (
     IngestHead,

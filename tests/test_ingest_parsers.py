@@ -1,14 +1,15 @@
 """Ingest parsers and the in-job outlier judgement on real IOR 4.1.0+dev / fio 3.33 outputs
-(tests/data/ior/, copied unedited from ../shared/data/ior/) and hand-edited corrupt variants."""
+(tests/data/ior/, unedited captures pinned by SHA256SUMS) and hand-edited corrupt variants."""
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import pytest
 
 from screener.errors import ConfigError, ProbeError
-from screener.ingest.files import load_files, outputs_near, parse_text, sniff
+from screener.ingest.files import load_files, outputs_near, parse_text
 from screener.ingest.judge import judge_job
 from screener.ingest.layout import block_layout
 from screener.ingest.results import ParsedFile, Phase, SourceKind
@@ -16,7 +17,13 @@ from screener.policy import IngestPolicy, VerdictPolicy
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = REPO / "tests" / "data" / "ior"
-SHARED = REPO.parent / "shared" / "data" / "ior"
+# sha256sum's format: "<hex>  <name>" per captured output (the corrupt-* files are not in it).
+PINNED = {
+    name: digest
+    for digest, name in (
+        line.split("  ", 1) for line in (DATA / "SHA256SUMS").read_text().splitlines()
+    )
+}
 MIB = 1 << 20
 FOUR = block_layout(["n1", "n2", "n3", "n4"], 1)
 
@@ -25,20 +32,23 @@ def parsed(name: str) -> ParsedFile:
     return parse_text((DATA / name).read_text(), name)
 
 
+def test_every_capture_is_pinned() -> None:
+    assert sorted(PINNED) == sorted(p.name for p in DATA.glob("[if]*"))
+
+
 @pytest.mark.parametrize("name", sorted(p.name for p in DATA.glob("[if]*")))
-def test_copies_are_unedited(name: str) -> None:
-    if not SHARED.is_dir():
-        pytest.skip(f"{SHARED} not present on this machine")
-    assert (DATA / name).read_bytes() == (SHARED / name).read_bytes()
+def test_captures_are_unedited(name: str) -> None:
+    """The tool outputs are test data kept here; an edit (or a re-capture) must be deliberate."""
+    assert hashlib.sha256((DATA / name).read_bytes()).hexdigest() == PINNED[name]
 
 
 def test_kinds_are_told_by_content() -> None:
-    assert sniff((DATA / "ior-fpp-text.txt").read_text(), "x") is SourceKind.IOR_TEXT
-    assert sniff((DATA / "ior-fpp-summary.json").read_text(), "x") is SourceKind.IOR_JSON
-    assert sniff((DATA / "ior-fpp-ranks.csv").read_text(), "x") is SourceKind.IOR_CSV
-    assert sniff((DATA / "fio-4jobs.json").read_text(), "x") is SourceKind.FIO_JSON
+    assert parse_text((DATA / "ior-fpp-text.txt").read_text(), "x").kind is SourceKind.IOR_TEXT
+    assert parse_text((DATA / "ior-fpp-summary.json").read_text(), "x").kind is SourceKind.IOR_JSON
+    assert parse_text((DATA / "ior-fpp-ranks.csv").read_text(), "x").kind is SourceKind.IOR_CSV
+    assert parse_text((DATA / "fio-4jobs.json").read_text(), "x").kind is SourceKind.FIO_JSON
     with pytest.raises(ProbeError, match="not an IOR text report"):
-        sniff((DATA / "README.md").read_text(), "README.md")
+        parse_text((DATA / "README.md").read_text(), "README.md")
 
 
 def test_ior_text_gives_the_phase_figures_ior_printed() -> None:

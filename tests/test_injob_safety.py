@@ -32,9 +32,9 @@ from screener.ingest.files import load_files
 from screener.ingest.judge import judge_job
 from screener.ingest.layout import block_layout
 from screener.ingest.service import Ingested
-from screener.model import NodeProbe, Trigger
 from screener.policy import IngestPolicy, Policy, TransportPolicy, VerdictPolicy, policy_from_dict
-from screener.slurm.model import SlurmJob
+from screener.probe_data import NodeProbe, Trigger
+from screener.slurm.client import SlurmJob
 from screener.store import open_store
 from screener.store.locks import actions_lock
 from screener.store.slurm_records import SlurmRecords

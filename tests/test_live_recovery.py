@@ -18,7 +18,7 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
-from screener.model import Trigger
+from screener.probe_data import Trigger
 from screener.spool import SpoolingStore
 from screener.store import open_store
 

@@ -15,9 +15,9 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import inspect
 
 from screener.store.engine import make_engine
-from screener.store.migrate import alembic_config, current_revision, head_revision, upgrade
+from screener.store.migrate import alembic_config, current_revision, upgrade
 from screener.store.revision import revision_graph, schema_head
-from screener.store.schema import Base
+from screener.store.tables import Base
 
 REPO = Path(__file__).resolve().parent.parent
 TABLES = set(Base.metadata.tables) | {"alembic_version"}
@@ -35,10 +35,10 @@ def tables(url: str) -> set[str]:
 
 def test_upgrade_from_empty_to_head_is_idempotent(empty_db_url: str) -> None:
     assert current_revision(empty_db_url) is None
-    assert upgrade(empty_db_url) == head_revision()
+    assert upgrade(empty_db_url) == schema_head()
     assert tables(empty_db_url) == TABLES
-    assert upgrade(empty_db_url) == head_revision()  # second run: nothing to do, no error
-    assert current_revision(empty_db_url) == head_revision()
+    assert upgrade(empty_db_url) == schema_head()  # second run: nothing to do, no error
+    assert current_revision(empty_db_url) == schema_head()
 
 
 def test_models_and_migrations_do_not_drift(empty_db_url: str) -> None:
@@ -65,7 +65,7 @@ def test_downgrade_to_base_and_back(empty_db_url: str) -> None:
         engine.dispose()
     assert tables(empty_db_url) == {"alembic_version"}
     assert current_revision(empty_db_url) is None
-    assert upgrade(empty_db_url) == head_revision()
+    assert upgrade(empty_db_url) == schema_head()
     assert tables(empty_db_url) == TABLES
 
 
@@ -100,7 +100,7 @@ def test_concurrent_upgrades_of_a_fresh_database(empty_db_url: str) -> None:
     outs = [p.communicate(timeout=120) for p in procs]
     assert [p.returncode for p in procs] == [0, 0, 0], [err for _, err in outs]
     assert errors == []
-    assert results + [out.strip() for out, _ in outs] == [head_revision()] * 6
+    assert results + [out.strip() for out, _ in outs] == [schema_head()] * 6
     assert tables(empty_db_url) == TABLES
 
 
@@ -119,7 +119,7 @@ def test_alembic_cli_upgrade_and_check(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/cli.db"
     up = alembic_cli("-x", f"url={url}", "upgrade", "head")
     assert up.returncode == 0, up.stderr
-    assert current_revision(url) == head_revision()
+    assert current_revision(url) == schema_head()
     check = alembic_cli("-x", f"url={url}", "check")
     assert check.returncode == 0, check.stderr
     assert "No new upgrade operations detected" in check.stdout + check.stderr
@@ -135,7 +135,7 @@ def test_alembic_cli_offline_sql() -> None:
 def test_revision_graph_read_without_alembic_matches_alembic() -> None:
     """revision.py parses the migration files (no Alembic import at start-up): it must agree
     with Alembic on the head and on every revision."""
-    assert schema_head() == head_revision()
+    assert schema_head() == ScriptDirectory.from_config(alembic_config()).get_current_head()
     script = ScriptDirectory.from_config(alembic_config())
     assert revision_graph() == {s.revision: s.down_revision for s in script.walk_revisions()}
 

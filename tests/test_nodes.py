@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from screener.errors import ConfigError
-from screener.nodes import expand_nodeset, fold_nodes, validate_node
+from screener.hostlist import expand_nodeset, fold_nodes, validate_node
 
 
 @pytest.mark.parametrize("name", ["node01", "n", "gpu-a100_3", "c1.cluster.example", "a" * 63])

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from screener.app import make_transport
-from screener.model import RunSummary, Status, Trigger
 from screener.pipeline import ScreenResult, screen
 from screener.policy import Policy, policy_from_dict
+from screener.probe_data import RunSummary, Status, Trigger
 from screener.store import open_store
 
 pytestmark = pytest.mark.cluster

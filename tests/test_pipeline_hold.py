@@ -18,8 +18,8 @@ import pytest
 from test_pipeline import cluster_policy, run, statuses
 
 from bench.stall import Stall
-from screener.model import RunSummary, Status, Trigger, Verdict
 from screener.probe.fio import recipe_fingerprint
+from screener.probe_data import RunSummary, Status, Trigger, Verdict
 from screener.store import Store, open_store
 
 pytestmark = pytest.mark.cluster

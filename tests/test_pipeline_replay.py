@@ -13,10 +13,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from screener.errors import StoreError, TransportError
-from screener.model import Status
 from screener.pipeline import ScreenResult, screen
 from screener.policy import Policy, policy_from_dict
 from screener.probe.fio import recipe_fingerprint
+from screener.probe_data import Status
 from screener.store import Store, open_store
 from screener.transport.base import CommandResult
 

@@ -28,10 +28,10 @@ from screener.hooks.probe_json import steady_state
 from screener.policy import Policy, load_policy, numeric_keys, policy_from_dict
 from screener.probe.fio import fio_argv, layout_argv, layout_timeout_s, probe_duration_s
 from screener.probe.iostat import iostat_argv, iostat_count
-from screener.runner import run_command
-from screener.slurm.model import check_reason
+from screener.process import run_command
+from screener.slurm.client import check_reason
 from screener.store import Store, open_store
-from screener.verdict import evaluate
+from screener.verdict.judge import evaluate
 from tests.test_verdict import fleet
 
 HOSTILE: list[Any] = [0, -1, math.nan, math.inf, -math.inf, 1e300, 10**30]

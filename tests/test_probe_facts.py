@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from screener.errors import ConfigError, ProbeError
-from screener.model import MdStatus, NodeFacts, SmartLog
 from screener.probe.facts import (
     FACTS_SCRIPT,
     MARK,
@@ -21,6 +20,7 @@ from screener.probe.facts import (
     parse_scheduler,
     parse_smart_log,
 )
+from screener.probe_data import MdStatus, NodeFacts, SmartLog
 
 DATA = Path(__file__).parent / "data" / "probe" / "facts"
 

@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 
 from screener.errors import ConfigError, ProbeError
-from screener.model import NodeProbe
 from screener.policy import ProbePolicy
 from screener.probe.fio import (
     JOBS,
@@ -23,6 +22,7 @@ from screener.probe.fio import (
     policy_jobs,
     probe_duration_s,
 )
+from screener.probe_data import NodeProbe
 
 DATA = Path(__file__).parent / "data" / "probe" / "fio"
 

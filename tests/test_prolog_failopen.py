@@ -21,7 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from screener.hooks.logging import HookLog
+from screener.hooks.hooklog import HookLog
 from screener.hooks.prolog import run_prolog
 from screener.policy import Policy, PrologPolicy
 

@@ -16,7 +16,7 @@ import pytest
 from admin_seed import SLOW, Seeded, seed_fleet
 from pngpixels import count_colour
 
-from screener.htmlreport import MEDIAN_COLOUR, SLOW_COLOUR
+from screener.report.html import MEDIAN_COLOUR, SLOW_COLOUR
 from screener.store import open_store
 from screener.store.migrate import upgrade
 

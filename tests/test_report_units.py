@@ -15,15 +15,15 @@ from pathlib import Path
 
 import pytest
 
-from screener import report
 from screener.ingest import accuracy
-from screener.store import jobs, rows
+from screener.report import terminal
+from screener.store import jobs, query_rows
 
 DATA = Path(__file__).resolve().parent / "data" / "ior"
 DURATION = re.compile(r"\b\d+d\d\dh\b|\b\d+h\d\dm\b")
 ROW_CLASSES = [
     c
-    for module in (rows, jobs, accuracy)
+    for module in (query_rows, jobs, accuracy)
     for c in vars(module).values()
     if isinstance(c, type) and dataclasses.is_dataclass(c) and c.__module__ == module.__name__
 ]
@@ -51,7 +51,7 @@ def test_job_shows_throughput_as_bandwidth(tmp_path: Path) -> None:
     assert not DURATION.search(shown.stdout), shown.stdout
     as_json = cli(env, "job", "9001", "--json")
     first = json.loads(as_json.stdout)[0]
-    expected = report._cell(first["throughput_bytes_s"], "throughput_bytes_s")
+    expected = terminal._cell(first["throughput_bytes_s"], "throughput_bytes_s")
     assert expected == f"{first['throughput_bytes_s'] / 1e6:,.1f}"
     assert expected in shown.stdout
 
@@ -68,7 +68,7 @@ def test_job_shows_throughput_as_bandwidth(tmp_path: Path) -> None:
     ],
 )
 def test_cells_use_the_declared_unit(name: str, value: float, shown: str) -> None:
-    assert report._cell(value, name) == shown
+    assert terminal._cell(value, name) == shown
 
 
 def test_every_row_column_named_like_a_unit_declares_one() -> None:
@@ -78,6 +78,6 @@ def test_every_row_column_named_like_a_unit_declares_one() -> None:
         f"{c.__name__}.{f.name}"
         for c in ROW_CLASSES
         for f in dataclasses.fields(c)
-        if f.name.endswith("_s") and f.name not in report.COLUMN_UNITS
+        if f.name.endswith("_s") and f.name not in terminal.COLUMN_UNITS
     ]
     assert undeclared == []

@@ -27,8 +27,8 @@ import pytest
 from deploy.minicluster import ClusterHandle
 from screener import app
 from screener.app import make_transport
-from screener.model import Status
 from screener.policy import Policy, ProbePolicy, StorePolicy, TransportPolicy
+from screener.probe_data import Status
 from screener.transport.base import CommandResult
 
 pytestmark = pytest.mark.cluster

@@ -20,10 +20,10 @@ from screener.hooks.decide import (
 from screener.hooks.injob import NodeJobIo, outliers, start_argv, stop_argv, summarize
 from screener.hooks.probe_json import node_lines, parse_node_lines, steady_state
 from screener.hooks.sweep import idle_nodes, srun_probe_argv, step_results
-from screener.model import IostatSample, NodeProbe, RunSummary, Status, Verdict
 from screener.policy import PrologPolicy, SlurmPolicy
 from screener.probe.fio import parse_fio
-from screener.slurm.model import SlurmJob, SlurmNode
+from screener.probe_data import IostatSample, NodeProbe, RunSummary, Status, Verdict
+from screener.slurm.client import SlurmJob, SlurmNode
 from screener.slurm.parse import parse_sinfo
 
 NOW = datetime(2026, 11, 22, 5, 0, tzinfo=UTC)

@@ -9,7 +9,7 @@ import pytest
 
 from screener.errors import ConfigError, SlurmError
 from screener.slurm.cli_backend import drain_argv, release_argv, resume_argv
-from screener.slurm.model import check_reason
+from screener.slurm.client import check_reason
 from screener.slurm.parse import parse_sinfo, parse_squeue
 
 DATA = Path(__file__).parent / "data" / "slurm"

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from screener.model import Trigger
+from screener.probe_data import Trigger
 from screener.store import open_store
 from tests.hooked_cluster import run_screener, sinfo_nodes, write_config
 

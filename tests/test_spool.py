@@ -2,7 +2,9 @@
 
 A PostgreSQL of the test's own (initdb in a temporary directory, pg_ctl on a free loopback
 port, as the ``postgres`` user since initdb refuses root) is stopped mid-run and restarted;
-the shared server on 5432 is never touched.
+the shared server on 5432 is never touched. Missing PostgreSQL server binaries fail these
+tests with a line saying so (as the shared server does, tests/store_fixtures.py), unless
+SCREENER_SKIP_PG=1 skips them.
 """
 
 from __future__ import annotations
@@ -23,20 +25,29 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from screener import app, spool
-from screener.model import NodeProbe, RunSummary
 from screener.policy import Policy, ProbePolicy, StorePolicy, VerdictPolicy
 from screener.probe.facts import parse_facts
 from screener.probe.fio import parse_fio
 from screener.probe.iostat import parse_iostat
-from screener.verdict import evaluate
+from screener.probe_data import NodeProbe, RunSummary
+from screener.verdict.judge import evaluate
 
-PG_BIN = Path("/usr/lib/postgresql/15/bin")
+PG_ROOT = Path("/usr/lib/postgresql")  # Debian: one <major>/bin per installed server
 SCREENER = [sys.executable, "-m", "screener.cli"]
-pytestmark = pytest.mark.skipif(not (PG_BIN / "initdb").exists(), reason="needs PostgreSQL 15")
+
+
+def pg_bin(root: Path = PG_ROOT) -> Path | None:
+    """The newest installed server's bin directory (the one holding initdb), None if none."""
+    found = [p.parent for p in root.glob("*/bin/initdb") if p.parent.parent.name.isdigit()]
+    return max(found, key=lambda b: int(b.parent.name), default=None)
+
+
+PG_BIN = pg_bin()
 
 
 def as_postgres(tool: str, *args: str) -> list[str]:
     """argv running a PostgreSQL tool as the postgres user (initdb refuses root)."""
+    assert PG_BIN is not None  # the pg fixture failed or skipped before
     return ["runuser", "-u", "postgres", "--", str(PG_BIN / tool), *args]
 
 
@@ -76,6 +87,14 @@ class ScratchPg:
 
 @pytest.fixture
 def pg() -> Iterator[ScratchPg]:
+    if os.environ.get("SCREENER_SKIP_PG") == "1":
+        pytest.skip("SCREENER_SKIP_PG=1")
+    if PG_BIN is None:
+        pytest.fail(
+            f"no PostgreSQL server (initdb) under {PG_ROOT}: install Debian's postgresql "
+            "(`make postgres` needs it too), or set SCREENER_SKIP_PG=1",
+            pytrace=False,
+        )
     root = Path(tempfile.mkdtemp(prefix="screener-pg-"))
     root.chmod(0o755)
     data = root / "data"
@@ -239,7 +258,7 @@ def test_stored_policy_names_the_db_in_use_without_password(pg: ScratchPg, tmp_p
 def test_a_run_spooled_for_another_database_is_not_replayed_here(tmp_path: Path) -> None:
     from datetime import UTC, datetime
 
-    from screener.model import Trigger
+    from screener.probe_data import Trigger
     from screener.store import open_store
 
     spool_dir = str(tmp_path / "spool")

@@ -13,9 +13,9 @@ from sqlalchemy import func, select
 from store_data import at, error_probe, full_probe, verdict
 
 from screener.errors import StoreError
-from screener.model import IostatSample, NodeProbe, RunSummary, Status, Trigger
+from screener.probe_data import IostatSample, NodeProbe, RunSummary, Status, Trigger
 from screener.store import Store, open_store, views
-from screener.store.schema import Base
+from screener.store.tables import Base
 
 POLICY = {"verdict": {"max_write_read_ratio": 5.0}, "probe": {"client_keys": ("a", "b")}}
 
@@ -169,13 +169,6 @@ def test_node_history_rows(db_store: Store) -> None:
     assert [h.status for h in hist] == [Status.SLOW_READ, Status.OK]
     assert hist[0].read_mb_s == 3000.0 and hist[0].reason == "node01 SLOW_READ"
     assert len(views.node_history(db_store, "node01", at(2))) == 1  # only run 2 since hour 2
-
-
-def test_latest_verdicts_picks_each_nodes_newest(db_store: Store) -> None:
-    run_with(db_store, 1, {"node01": Status.OK, "node02": Status.OK})
-    r2 = run_with(db_store, 2, {"node01": Status.SLOW_READ})
-    latest = {r.verdict.node: (r.run_id, r.verdict.status) for r in views.latest_verdicts(db_store)}
-    assert latest == {"node01": (r2, Status.SLOW_READ), "node02": (r2 - 1, Status.OK)}
 
 
 def test_events(db_store: Store) -> None:

@@ -9,7 +9,7 @@ import pytest
 from store_data import at, error_probe, full_probe, verdict
 
 from screener.errors import StoreError
-from screener.model import RunSummary, Status, Trigger
+from screener.probe_data import RunSummary, Status, Trigger
 from screener.store import Store, bulk
 
 pytest_plugins = ["store_fixtures"]

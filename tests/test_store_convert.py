@@ -8,7 +8,7 @@ import pytest
 from store_data import FACTS, error_probe, full_probe, verdict
 
 from screener.errors import StoreError
-from screener.model import MdStatus, NodeFacts, Status
+from screener.probe_data import MdStatus, NodeFacts, Status
 from screener.store import convert
 from screener.store.engine import describe, parse_url, redact
 

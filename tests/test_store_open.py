@@ -15,7 +15,8 @@ from sqlalchemy import create_engine, text
 
 from screener.errors import StoreError
 from screener.store import open_store
-from screener.store.migrate import current_revision, head_revision, upgrade
+from screener.store.migrate import current_revision, upgrade
+from screener.store.revision import schema_head
 
 if TYPE_CHECKING:
     from store_fixtures import PgDatabases
@@ -85,7 +86,7 @@ def test_sqlite_directory_missing_then_created_by_upgrade(tmp_path: Path) -> Non
         assert s.latest_runs(1) == []
     with open_store(url, upgrade=True) as s:  # idempotent
         assert s.latest_runs(1) == []
-    assert current_revision(url) == head_revision()
+    assert current_revision(url) == schema_head()
 
 
 def test_sqlite_paths_that_cannot_work(tmp_path: Path) -> None:

@@ -10,9 +10,9 @@ import pytest
 from screener.cli import main
 from screener.hooks.sweep_step import srun_probe_argv
 from screener.hooks.sweep_submit import SweepMode, submit_argv, wait_timeout_s
-from screener.model import FioJobResult, NodeProbe, RunSummary, Status, Verdict
 from screener.policy import Policy, SweepPolicy
 from screener.probe.fio import policy_jobs, probe_duration_s
+from screener.probe_data import FioJobResult, NodeProbe, RunSummary, Status, Verdict
 from screener.steady import annotate, settled
 
 REPO = Path(__file__).resolve().parents[1]

@@ -12,7 +12,7 @@ import pytest
 from screener.app import make_transport
 from screener.errors import ConfigError, TransportError
 from screener.policy import TransportPolicy
-from screener.runner import run_command
+from screener.process import run_command
 from screener.transport import CommandResult, check
 from screener.transport.base import is_remote_timeout, remote_command
 from screener.transport.local import LocalTransport

@@ -7,9 +7,16 @@ from dataclasses import replace
 
 import pytest
 
-from screener.model import FioJobResult, MdStatus, NodeFacts, NodeProbe, SmartLog, Status
 from screener.policy import VerdictPolicy
-from screener.verdict import confirm, evaluate, fact_drift, fact_problems, peer_stats, suspects
+from screener.probe_data import FioJobResult, MdStatus, NodeFacts, NodeProbe, SmartLog, Status
+from screener.verdict.judge import (
+    confirm,
+    evaluate,
+    fact_drift,
+    fact_problems,
+    peer_stats,
+    suspects,
+)
 
 MB = 1e6
 POLICY = VerdictPolicy()

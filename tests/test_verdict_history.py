@@ -7,17 +7,18 @@ from datetime import timedelta
 
 from store_data import at, verdict
 
-from screener.model import FleetFigure, RunSummary, Status, Trigger
 from screener.policy import ProbePolicy
 from screener.probe.fio import recipe_fingerprint
-from screener.store import Store, views
+from screener.probe_data import FleetFigure, RunSummary, Status, Trigger
+from screener.store import Store
 
 pytest_plugins = ["store_fixtures"]  # fixtures: db_backend, db_url, empty_db_url, pg_dbs, db_store
 
 
-def judged(s: Store, hours: float, node: str, mb: float, **kw: object) -> None:
+def judged(s: Store, hours: float, node: str, mb: float, **kw: object) -> int:
     rid = s.start_run(Trigger.SWEEP, [node], {}, None, node, at(hours))
     s.record_verdicts(rid, RunSummary((verdict(node, kw.pop("status", Status.OK), mb, **kw),)))
+    return rid
 
 
 def test_recipe_fingerprint_names_what_changes_the_figures() -> None:
@@ -45,10 +46,10 @@ def test_shared_cause_baselines_feed_history(db_store: Store) -> None:
     judged(db_store, 1, "n1", 3000.0, recipe="r")
     judged(db_store, 2, "n1", 500.0, recipe="r", status=Status.UNKNOWN, baseline=True)
     judged(db_store, 3, "n1", 1.0, recipe="r", status=Status.UNKNOWN)  # an error: not history
-    judged(db_store, 4, "n1", 20.0, recipe="r", status=Status.SLOW_READ)
+    slow = judged(db_store, 4, "n1", 20.0, recipe="r", status=Status.SLOW_READ)
     assert db_store.read_histories(["n1"], 10, "r")["n1"] == [500e6, 3000e6]
-    (back,) = [v for v in views.latest_verdicts(db_store) if v.verdict.node == "n1"]
-    assert back.verdict.status == Status.SLOW_READ and not back.verdict.baseline
+    (back,) = db_store.run_verdicts(slow)
+    assert back.status == Status.SLOW_READ and not back.baseline
 
 
 def test_fleet_figures_are_other_nodes_newest_same_recipe_recent(db_store: Store) -> None:

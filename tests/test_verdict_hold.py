@@ -7,12 +7,12 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from screener.model import FioJobResult, FleetFigure, NodeFacts, NodeProbe, SmartLog, Status
 from screener.policy import ProbePolicy, VerdictPolicy
 from screener.probe.facts import parse_facts
 from screener.probe.fio import layout_timeout_s, parse_fio
 from screener.probe.iostat import parse_iostat
-from screener.verdict import confirm, evaluate, references, suspects
+from screener.probe_data import FioJobResult, FleetFigure, NodeFacts, NodeProbe, SmartLog, Status
+from screener.verdict.judge import confirm, evaluate, references, suspects
 
 DATA = Path(__file__).parent / "data" / "probe"
 OK_RUN = parse_fio((DATA / "fio" / "fio-3.33_loop_ok.json").read_text(), "cap")

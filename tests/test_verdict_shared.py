@@ -6,8 +6,8 @@ which round it is from. Probes are the captured fio output scaled (tests/test_ve
 from __future__ import annotations
 
 from screener.hooks.decide import absolved, drain_reason, drainable
-from screener.model import Status
-from screener.verdict import SLOW, confirm, evaluate, references, suspects
+from screener.probe_data import Status
+from screener.verdict.judge import SLOW, confirm, evaluate, references, suspects
 from tests.test_verdict_hold import MB, POLICY, node, spread, statuses
 
 

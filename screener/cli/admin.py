@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 
 from screener.cli.common import Subparsers, check_count, check_id, check_limit, parse_duration
-from screener.model import Status
 from screener.policy import load_policy
+from screener.probe_data import Status
 
 if TYPE_CHECKING:  # the store (SQLAlchemy) is imported only when a command runs
-    from screener.store.rows import NodeRow, RunDetail
+    from screener.store.query_rows import NodeRow, RunDetail
 
 
 def parse_since(text: str, option: str = "--since") -> timedelta:
@@ -66,7 +66,7 @@ def register(sub: Subparsers) -> None:
 
 def run(args: argparse.Namespace, console: Console) -> int:
     from screener import app
-    from screener.nodes import validate_node
+    from screener.hostlist import validate_node
     from screener.store import views
 
     # Every argument is checked before the database is opened: bad input costs nothing.
@@ -153,14 +153,14 @@ def _emit(
     rows: Sequence[object],
     header: Sequence[str],
 ) -> None:
-    from screener import report
+    from screener.report import terminal
 
     if args.json:
-        print(report.rows_json(rows))
+        print(terminal.rows_json(rows))
     elif args.csv:
-        print(report.rows_csv(rows), end="")
+        print(terminal.rows_csv(rows), end="")
     else:
         for line in header:
             console.print(line, highlight=False, markup=False)
         if rows:
-            console.print(report.rows_table(title, rows))
+            console.print(terminal.rows_table(title, rows))

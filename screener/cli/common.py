@@ -73,7 +73,7 @@ def check_id(value: int, option: str) -> int:
 def job_id_arg(text: str, option: str = "job id") -> str:
     """A Slurm job id (1234, array task 1234_7, het component 1234+1), checked as the hooks
     and the store check it, so nothing accepted here is refused later; else ConfigError."""
-    from screener.slurm.model import check_job_id  # the one rule (screener.slurm is heavy)
+    from screener.slurm.client import check_job_id  # the one rule (screener.slurm is heavy)
 
     try:
         return check_job_id(text)

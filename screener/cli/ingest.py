@@ -83,7 +83,7 @@ def observed_arg(text: str | None, now: datetime) -> datetime:
 
 def check_layout(nodes: str | None, ranks_per_node: int | None) -> None:
     """--nodes and --ranks-per-node together, and a layout of at most MAX_RANKS ranks."""
-    from screener.nodes import count_nodes
+    from screener.hostlist import count_nodes
 
     if (nodes is None) != (ranks_per_node is None):
         raise ConfigError("give --nodes and --ranks-per-node together")
@@ -161,7 +161,8 @@ def _table(done: Ingested) -> Table:
 
 
 def run_job(args: argparse.Namespace, console: Console) -> int:
-    from screener import app, report
+    from screener import app
+    from screener.report import terminal
     from screener.store.jobs import ingest_notes, job_results
 
     job = job_id_arg(args.job_id)
@@ -171,17 +172,18 @@ def run_job(args: argparse.Namespace, console: Console) -> int:
     if not rows:
         raise ConfigError(f"job {job} has not been ingested")
     if args.json:
-        print(report.rows_json(rows))
+        print(terminal.rows_json(rows))
     else:
-        console.print(report.rows_table(f"job {job} (node '-' = the whole job)", rows))
+        console.print(terminal.rows_table(f"job {job} (node '-' = the whole job)", rows))
         for line in notes:  # e.g. which phases were too short to judge
             console.print(f"note: {line}", highlight=False)
     return 0
 
 
 def run_accuracy(args: argparse.Namespace, console: Console) -> int:
-    from screener import app, report
+    from screener import app
     from screener.ingest.accuracy import compare_all, summarize, too_short, unknowable
+    from screener.report import terminal
     from screener.store.jobs import in_job_reads, ingest_notes, prolog_verdicts
 
     now = datetime.now(UTC)
@@ -197,13 +199,13 @@ def run_accuracy(args: argparse.Namespace, console: Console) -> int:
         doc = {
             "since": since.isoformat(),
             "by": args.by,
-            "rows": json.loads(report.rows_json(rows)),
+            "rows": json.loads(terminal.rows_json(rows)),
             "cannot_know": notes,
             "too_short": [{"job_id": j, "note": n} for j, n in short],
         }
         print(json.dumps(doc, indent=2))
         return 0
-    console.print(report.rows_table(f"screening accuracy since {since:%Y-%m-%d %H:%M} UTC", rows))
+    console.print(terminal.rows_table(f"screening accuracy since {since:%Y-%m-%d %H:%M} UTC", rows))
     for line in notes:
         console.print(f"cannot know: {line}", highlight=False)
     for job_id, line in short:

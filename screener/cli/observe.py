@@ -71,7 +71,8 @@ def exporter(args: argparse.Namespace, console: Console) -> int:
 
 
 def report(args: argparse.Namespace, console: Console) -> int:
-    from screener import app, htmlreport
+    from screener import app
+    from screener.report import html
     from screener.store import views
 
     check_id(args.run_id, "RUN")  # an id beyond 2^63 overflows the database's integer
@@ -82,7 +83,7 @@ def report(args: argparse.Namespace, console: Console) -> int:
     with app.open_results(policy) as store:
         detail = views.run_detail(store, args.run_id)
         probes = store.run_probes(args.run_id)
-    page = htmlreport.render(detail, probes)
+    page = html.render(detail, probes)
     try:
         out.write_text(page, encoding="utf-8")
     except OSError as exc:

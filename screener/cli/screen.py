@@ -9,8 +9,8 @@ from rich.console import Console
 
 from screener.cli.common import EXIT_SLOW, Subparsers, check_deadline, job_id_arg
 from screener.errors import ScreenerError, StoreError
-from screener.model import Trigger
 from screener.policy import load_policy
+from screener.probe_data import Trigger
 from screener.spool import SPOOLED_NOTE
 
 
@@ -35,7 +35,8 @@ def register(sub: Subparsers) -> None:
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
-    from screener import app, report
+    from screener import app
+    from screener.report import terminal
 
     check_deadline(args.deadline)  # inf would overflow the event loop's timer
     if args.job_id is not None:
@@ -48,7 +49,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
         confirm=not args.no_confirm,
     )
     nodes = app.resolve_nodes(args.nodeset, args.local)
-    with report.progress(console, len(nodes), enabled=not args.json) as on_done:
+    with terminal.progress(console, len(nodes), enabled=not args.json) as on_done:
         result = app.run_screen(
             nodes,
             policy,
@@ -59,14 +60,14 @@ def run(args: argparse.Namespace, console: Console) -> int:
             deadline_s=args.deadline,
         )
     if args.json:
-        print(report.result_json(result))
+        print(terminal.result_json(result))
     else:
-        report.print_result(result, console)
+        terminal.print_result(result, console)
     if result.store_error and SPOOLED_NOTE in result.store_error:
         # Nothing lost: the next run (or `screener spool replay`) stores them.
         print(f"screener: warning: {result.store_error}", file=sys.stderr)
     elif result.store_error:  # the figures are printed above; say they were not all stored
         raise StoreError(f"results above not stored: {result.store_error}")
-    if args.local and (failure := report.local_failure(result)):
+    if args.local and (failure := terminal.local_failure(result)):
         raise ScreenerError(failure)  # screening this machine failed: say why, exit 1
-    return EXIT_SLOW if report.any_slow(result) else 0
+    return EXIT_SLOW if terminal.any_slow(result) else 0

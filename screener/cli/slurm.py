@@ -15,7 +15,7 @@ from rich.console import Console
 
 from screener.cli.common import Subparsers
 from screener.errors import ConfigError, SlurmError
-from screener.hooks.logging import HookLog, describe_error
+from screener.hooks.hooklog import HookLog, describe_error
 from screener.policy import Policy, hook_log_file, load_policy
 
 SWEEP_SCRIPT = "/opt/screener/jobs/sweep.sbatch"
@@ -125,8 +125,8 @@ def _unloaded(prefix: str, args: argparse.Namespace, exc: Exception, outcome: st
 def resume(args: argparse.Namespace, console: Console) -> int:
     from screener import app
     from screener.hooks.actions import resume_node
-    from screener.hooks.logging import HookLog
-    from screener.nodes import expand_nodeset
+    from screener.hooks.hooklog import HookLog
+    from screener.hostlist import expand_nodeset
     from screener.slurm import select_client
     from screener.store.slurm_records import SlurmRecords
 
@@ -169,7 +169,7 @@ def config_in_force(path: str | None) -> str | None:
 
 
 def sweep(args: argparse.Namespace, console: Console) -> int:
-    from screener.hooks.logging import HookLog
+    from screener.hooks.hooklog import HookLog
     from screener.hooks.sweep import SweepMode, run_sweep, submit_sweep
 
     if not args.submit and (args.wait or args.script):

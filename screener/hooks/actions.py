@@ -24,10 +24,10 @@ from screener.hooks.decide import (
     plan_drains,
     settle_intent,
 )
-from screener.model import RunSummary, Trigger
-from screener.nodes import fold_nodes
+from screener.hostlist import fold_nodes
 from screener.policy import Policy
-from screener.slurm.model import SlurmClient, SlurmNode
+from screener.probe_data import RunSummary, Trigger
+from screener.slurm.client import SlurmClient, SlurmNode
 from screener.store.locks import actions_lock
 from screener.store.slurm_records import SlurmRecords
 
@@ -161,7 +161,7 @@ def _drain_all(
 
 
 def _shared(plan: DrainPlan) -> str:
-    """The run's shared-cause reason, saying "shared cause" once (verdict.py's already do)."""
+    """The run's shared-cause reason, saying "shared cause" once (verdict/judge.py's already do)."""
     why = plan.shared_cause or ""
     return why if "shared cause" in why else f"shared cause: {why}"
 

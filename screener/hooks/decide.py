@@ -9,11 +9,11 @@ from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from screener.model import RunSummary, Status, Verdict
-from screener.nodes import fold_nodes
+from screener.hostlist import fold_nodes
 from screener.policy import PrologPolicy, SlurmPolicy
-from screener.slurm.model import SlurmJob, SlurmNode
-from screener.verdict_confirm import SHARED_CAUSE_TAG
+from screener.probe_data import RunSummary, Status, Verdict
+from screener.slurm.client import SlurmJob, SlurmNode
+from screener.verdict.confirm import SHARED_CAUSE_TAG
 
 DRAINABLE = frozenset({Status.SLOW_READ, Status.SLOW_WRITE})
 
@@ -62,7 +62,7 @@ def drainable(summary: RunSummary, confirm: bool) -> list[Verdict]:
     nodes for which `screen` exits 3.
 
     A shared cause does not hide an outlier within it (a node 50x below peers is not
-    explained by a 6x fleet-wide slowdown): screener.verdict already turned the nodes the
+    explained by a 6x fleet-wide slowdown): screener.verdict.judge already turned the nodes the
     shared cause explains into UNKNOWN (see ``absolved``), so whatever is still SLOW is such
     an outlier and is drained like any slow node."""
     return [v for v in summary.verdicts if v.status in DRAINABLE and (v.confirmed or not confirm)]

@@ -20,6 +20,7 @@ from screener.app import make_transport
 from screener.errors import ProbeError, ScreenerError, TransportError
 from screener.hooks.decide import selects
 from screener.hooks.epilog_ingest import ingest_after_job
+from screener.hooks.hooklog import HookLog
 from screener.hooks.injob import (
     NOT_BEGUN,
     NOT_OURS,
@@ -28,13 +29,12 @@ from screener.hooks.injob import (
     stop_argv,
     summarize,
 )
-from screener.hooks.logging import HookLog
 from screener.hooks.prolog import job_from_env
-from screener.model import NodeProbe, Trigger
-from screener.nodes import fold_nodes
+from screener.hostlist import fold_nodes
 from screener.policy import Policy, database_url
 from screener.probe.iostat import parse_iostat
-from screener.slurm.model import SlurmClient, SlurmJob
+from screener.probe_data import NodeProbe, Trigger
+from screener.slurm.client import SlurmClient, SlurmJob
 from screener.store import open_store
 from screener.store.slurm_records import SlurmRecords
 from screener.transport.base import Transport

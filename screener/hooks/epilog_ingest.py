@@ -22,15 +22,15 @@ from pathlib import Path
 from screener.errors import ConfigError, ScreenerError
 from screener.hooks.actions import acting, apply_drains
 from screener.hooks.decide import plan_drains
-from screener.hooks.logging import HookLog
+from screener.hooks.hooklog import HookLog
 from screener.ingest.files import MAX_BYTES, outputs_near
 from screener.ingest.judge import TOO_SHORT, Figure
 from screener.ingest.layout import SlurmLayout
 from screener.ingest.results import Phase
 from screener.ingest.service import Ingested, ingest
-from screener.model import Trigger
 from screener.policy import IngestPolicy, Policy, database_url
-from screener.slurm.model import SlurmClient, SlurmJob, check_reason
+from screener.probe_data import Trigger
+from screener.slurm.client import SlurmClient, SlurmJob, check_reason
 from screener.store import open_store
 from screener.store.slurm_records import SlurmRecords
 

@@ -12,10 +12,10 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from screener.model import IostatSample
-from screener.nodes import validate_node
+from screener.hostlist import validate_node
 from screener.probe.iostat import iostat_argv
-from screener.slurm.model import check_job_id
+from screener.probe_data import IostatSample
+from screener.slurm.client import check_job_id
 
 # $1 private directory, $2 bound in seconds, then the iostat argv. The directory is made
 # here, before detaching (so a failure is this command's exit status), with mode 0700 and

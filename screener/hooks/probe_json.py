@@ -18,9 +18,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from screener.errors import ProbeError
-from screener.model import MdStatus, NodeFacts, NodeProbe, SmartLog
 from screener.probe.fio import parse_fio
 from screener.probe.iostat import parse_iostat
+from screener.probe_data import MdStatus, NodeFacts, NodeProbe, SmartLog
 from screener.steady import steady_state
 
 __all__ = ["node_lines", "parse_node_lines", "probe_dict", "steady_state"]

@@ -28,11 +28,11 @@ from typing import TYPE_CHECKING
 
 from screener.errors import ConfigError, ScreenerError, SlurmError, StoreError
 from screener.hooks.decide import drainable, fast_path, selects
-from screener.hooks.logging import HookLog, describe_error
-from screener.nodes import expand_nodeset, fold_nodes
+from screener.hooks.hooklog import HookLog, describe_error
+from screener.hostlist import expand_nodeset, fold_nodes
 from screener.policy import Policy, database_url, shorten
 from screener.slurm import SlurmClient, SlurmJob, select_client
-from screener.slurm.model import check_job_id
+from screener.slurm.client import check_job_id
 
 if TYPE_CHECKING:
     from screener.pipeline import ScreenResult
@@ -165,7 +165,7 @@ def _screen_job(
     t0: float,
 ) -> int:
     from screener import app
-    from screener.model import Trigger
+    from screener.probe_data import Trigger
     from screener.store.slurm_records import SlurmRecords
 
     pp = policy.prolog
@@ -227,7 +227,7 @@ def _act(
 ) -> int:
     """Log the verdicts, then drain (guarded) what the stored run found slow: the exit code."""
     from screener.hooks import actions
-    from screener.model import Trigger
+    from screener.probe_data import Trigger
 
     for v in result.summary.verdicts:
         log(f"{v.node}: {v.status.value} {v.reason}")

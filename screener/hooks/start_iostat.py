@@ -6,11 +6,11 @@ import asyncio
 from collections.abc import Mapping
 
 from screener.errors import ProbeError, TransportError
+from screener.hooks.hooklog import HookLog
 from screener.hooks.injob import start_argv
-from screener.hooks.logging import HookLog
 from screener.policy import Policy
 from screener.probe.facts import facts_argv, parse_facts
-from screener.slurm.model import SlurmJob
+from screener.slurm.client import SlurmJob
 from screener.transport.base import Transport, check
 
 

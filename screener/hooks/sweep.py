@@ -22,13 +22,13 @@ from screener import app
 from screener.errors import ConfigError, StoreError
 from screener.hooks import actions
 from screener.hooks.decide import may_resume
-from screener.hooks.logging import HookLog
+from screener.hooks.hooklog import HookLog
 from screener.hooks.sweep_step import StepProber, srun_probe_argv, step_results
 from screener.hooks.sweep_submit import SweepMode, idle_nodes, submit_argv, submit_sweep
-from screener.model import RunSummary, Status, Trigger
-from screener.nodes import expand_nodeset, fold_nodes
+from screener.hostlist import expand_nodeset, fold_nodes
 from screener.pipeline import ProbeLocks, ScreenResult
 from screener.policy import Policy, database_url
+from screener.probe_data import RunSummary, Status, Trigger
 from screener.slurm import SlurmClient, SlurmNode, select_client
 from screener.store import Store, open_store
 from screener.store.slurm_records import SlurmRecords

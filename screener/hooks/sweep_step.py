@@ -12,11 +12,11 @@ from collections.abc import Callable, Sequence
 
 from screener.errors import ScreenerError
 from screener.hooks.probe_json import parse_node_lines
-from screener.model import NodeProbe
-from screener.nodes import fold_nodes
+from screener.hostlist import fold_nodes
 from screener.pipeline import ProbeLocks, Rounds, TransportProber
 from screener.policy import Policy
 from screener.probe.fio import layout_timeout_s, policy_jobs, probe_duration_s, recipe_fingerprint
+from screener.probe_data import NodeProbe
 from screener.transport.base import Transport
 from screener.transport.local import LocalTransport
 

@@ -10,9 +10,9 @@ from pathlib import Path
 
 from screener.errors import ConfigError
 from screener.hooks.sweep_step import step_timeout_s
-from screener.nodes import fold_nodes
+from screener.hostlist import fold_nodes
 from screener.policy import Policy
-from screener.runner import run_command
+from screener.process import run_command
 from screener.slurm import SlurmNode, select_client
 
 QUEUE_SLACK_S = 600.0  # --wait: the job may queue, the DB and SSH probes need their time

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from screener.ingest.judge import TOO_SHORT
-from screener.model import Status
+from screener.probe_data import Status
 from screener.store.jobs import InJobRow, PrologRow
 
 _SLOW = (Status.SLOW_READ, Status.SLOW_WRITE)

@@ -57,11 +57,6 @@ def _format(text: str, name: str) -> tuple[SourceKind, Parser]:
     raise ProbeError(name, "not an IOR text report, IOR JSON summary, IOR per-rank CSV or fio JSON")
 
 
-def sniff(text: str, name: str) -> SourceKind:
-    """The kind of output ``text`` is, from its first lines; ProbeError if none fits."""
-    return _format(text, name)[0]
-
-
 def parse_text(text: str, name: str, first_rank: int = 0) -> ParsedFile:
     """Parse one output whose kind is told by its content."""
     return _format(text, name)[1](text, name, first_rank)

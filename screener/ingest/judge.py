@@ -2,7 +2,7 @@
 
 A node's figure for a phase and iteration sums its ranks' bytes over its slowest rank's
 time (its ranks run together, the node is done when the last one is). Each node is then
-compared with the job's other nodes with the prolog's peers rule (screener.verdict's
+compared with the job's other nodes with the prolog's peers rule (screener.verdict.judge's
 robust log-space z, plus the min_peer_drop gap), so a node is an in-job outlier on the
 same terms a probe would call it slow.
 
@@ -24,7 +24,7 @@ from screener.errors import ConfigError, ProbeError
 from screener.ingest.layout import RankLayout
 from screener.ingest.results import ParsedFile, Phase, RankResult, SourceKind
 from screener.policy import IngestPolicy, VerdictPolicy
-from screener.verdict_rules import PeerStats, peer_stats
+from screener.verdict.rules import PeerStats, peer_stats
 
 _SUMMARIES = (SourceKind.IOR_TEXT, SourceKind.IOR_JSON)
 _MIB = 1 << 20

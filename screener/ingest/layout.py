@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from screener.errors import ConfigError
-from screener.nodes import validate_node
+from screener.hostlist import validate_node
 from screener.slurm.show_job import JobRecord, show_job
 
 

@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from screener.errors import ConfigError, SlurmError
+from screener.hostlist import expand_nodeset, fold_nodes
 from screener.ingest.files import load_files, read_text
 from screener.ingest.judge import Figure, JobFigures, judge_job
 from screener.ingest.layout import LayoutSource, RankLayout, block_layout
-from screener.nodes import expand_nodeset, fold_nodes
 from screener.policy import Policy, database_url
 from screener.store import open_store
 from screener.store.jobs import IngestHead, ResultRow, SlowRow, record_ingest

@@ -28,9 +28,9 @@ from prometheus_client.registry import Collector
 
 from screener.errors import ScreenerError
 from screener.metrics.exposition import ColumnGauge, label_value
-from screener.model import Trigger
+from screener.probe_data import Trigger
 from screener.store import Store, views
-from screener.store.schema import EVENT_ACTIONS, RUN_STATUSES
+from screener.store.tables import EVENT_ACTIONS, RUN_STATUSES
 
 log = logging.getLogger(__name__)
 

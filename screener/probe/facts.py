@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from screener.errors import ConfigError, ProbeError
-from screener.model import MdStatus, NodeFacts, SmartLog
+from screener.probe_data import MdStatus, NodeFacts, SmartLog
 
 MARK = "::screener::"
 

@@ -1,7 +1,7 @@
 """fio recipe and parser: build the one fio command a node runs, read its JSON+ back.
 
 Pure: nothing here starts a process. The argv goes to the transport; its stdout comes back
-to :func:`parse_fio`, which turns it into a :class:`~screener.model.FioRun`.
+to :func:`parse_fio`, which turns it into a :class:`~screener.probe_data.FioRun`.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from screener.errors import ConfigError, ProbeError
-from screener.model import FioJobResult, FioRun
 from screener.policy import ProbePolicy, target_problem
+from screener.probe_data import FioJobResult, FioRun
 
 JOBS = ("seq_write", "seq_read", "rand_read")
 PROBE_FILE = ".screener-probe"  # name of the probe file inside policy.target

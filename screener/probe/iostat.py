@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from screener.errors import ConfigError, ProbeError
-from screener.model import IostatSample
+from screener.probe_data import IostatSample
 
 _DEVICE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:!/-]{0,63}$")
 _STATS_RE = re.compile(r'"statistics"\s*:\s*\[')

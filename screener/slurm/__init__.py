@@ -6,6 +6,6 @@ imports and matches libslurm; untested here). ``select_client`` picks one and sa
 """
 
 from screener.slurm.choose import select_client
-from screener.slurm.model import SlurmClient, SlurmJob, SlurmNode, check_reason
+from screener.slurm.client import SlurmClient, SlurmJob, SlurmNode, check_reason
 
 __all__ = ["SlurmClient", "SlurmJob", "SlurmNode", "check_reason", "select_client"]

@@ -6,9 +6,9 @@ import re
 
 from screener.errors import SlurmError, TransportError
 from screener.policy import SlurmPolicy
-from screener.runner import run_command
+from screener.process import run_command
 from screener.slurm.cli_backend import CliSlurm
-from screener.slurm.model import SlurmClient
+from screener.slurm.client import SlurmClient
 from screener.slurm.pyslurm_backend import PyslurmClient, probe_pyslurm
 
 

@@ -11,9 +11,9 @@ import os
 from collections.abc import Sequence
 
 from screener.errors import SlurmError, TransportError
-from screener.nodes import fold_nodes
-from screener.runner import run_command
-from screener.slurm.model import SlurmJob, SlurmNode, check_job_id, check_reason
+from screener.hostlist import fold_nodes
+from screener.process import run_command
+from screener.slurm.client import SlurmJob, SlurmNode, check_job_id, check_reason
 from screener.slurm.parse import parse_sinfo, parse_squeue
 
 

@@ -18,8 +18,8 @@ import json
 from typing import Any
 
 from screener.errors import ConfigError, SlurmError
-from screener.nodes import expand_nodeset, validate_node
-from screener.slurm.model import SlurmJob, SlurmNode
+from screener.hostlist import expand_nodeset, validate_node
+from screener.slurm.client import SlurmJob, SlurmNode
 
 _STATE_SUFFIXES = "*~#!%$@^-"
 

@@ -12,8 +12,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from screener.errors import SlurmError
-from screener.nodes import fold_nodes
-from screener.slurm.model import SlurmJob, SlurmNode, check_job_id, check_reason
+from screener.hostlist import fold_nodes
+from screener.slurm.client import SlurmJob, SlurmNode, check_job_id, check_reason
 
 
 def probe_pyslurm(slurm_version: Callable[[], str | None]) -> tuple[Any | None, str]:

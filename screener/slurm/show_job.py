@@ -14,9 +14,9 @@ import re
 from dataclasses import dataclass
 
 from screener.errors import SlurmError, TransportError
-from screener.nodes import expand_nodeset
-from screener.runner import run_command
-from screener.slurm.model import check_job_id
+from screener.hostlist import expand_nodeset
+from screener.process import run_command
+from screener.slurm.client import check_job_id
 
 # Fields printed alone on a line whose value runs to the end of it (may contain spaces).
 _WHOLE_LINE = ("Comment", "StdOut", "StdErr", "StdIn", "WorkDir", "Command")

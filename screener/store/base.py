@@ -20,13 +20,13 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql, sqlite
 
 from screener.errors import StoreError
-from screener.model import RunSummary
+from screener.probe_data import RunSummary
 from screener.store import convert
 from screener.store.engine import (
     describe,
     translated,
 )
-from screener.store.schema import (
+from screener.store.tables import (
     NodeRecord,
     RunRecord,
 )
@@ -125,13 +125,14 @@ class StoreBase:
         self.close()
 
     @contextmanager
-    def _write(self, doing: str) -> Iterator[Connection]:
-        """One transaction (SQLite: BEGIN IMMEDIATE); commit on success, else roll back."""
+    def writing(self, doing: str) -> Iterator[Connection]:
+        """One write transaction (SQLite: BEGIN IMMEDIATE); commit on success, else roll back.
+        Database errors become StoreError("cannot <doing>: ...")."""
         with translated(doing), self.engine.begin() as conn:
             yield conn
 
     @contextmanager
-    def _read(self, doing: str) -> Iterator[Connection]:
+    def reading(self, doing: str) -> Iterator[Connection]:
         """A read-only transaction that does not take SQLite's write lock."""
         with read_only(self.engine, doing) as conn:
             yield conn

@@ -18,18 +18,17 @@ from typing import Any
 from sqlalchemy import Connection, insert, select, text
 
 from screener.errors import StoreError
-from screener.model import NodeProbe, RunSummary
+from screener.probe_data import NodeProbe, RunSummary
 from screener.store import convert
 from screener.store.base import ensure_nodes, positive, record_run_outcome, run_started
-from screener.store.engine import translated
-from screener.store.schema import (
+from screener.store.store import Store
+from screener.store.tables import (
     FactsRecord,
     IostatRecord,
     NodeProbeRecord,
     ProbeJobRecord,
     VerdictRecord,
 )
-from screener.store.store import Store
 
 Rows = list[dict[str, Any]]
 _JSON_COLUMNS = {"md_arrays", "md_degraded", "md_rebuilding", "signals"}
@@ -42,7 +41,7 @@ def record_round(store: Store, run_id: int, probes: Sequence[NodeProbe], round_n
     heads = [convert.probe_row(p) for p in probes]
     if not probes:
         return
-    with translated(f"record {len(probes)} probes of run {run_id}"), store.engine.begin() as conn:
+    with store.writing(f"record {len(probes)} probes of run {run_id}") as conn:
         started = run_started(conn, run_id)
         ids = ensure_nodes(conn, names, started, touch=False)  # start_run moved last_seen
         head_rows = [
@@ -78,7 +77,7 @@ def record_verdicts(store: Store, run_id: int, summary: RunSummary) -> None:
     """Store::record_verdicts for a whole fleet: the verdicts by COPY on PostgreSQL."""
     names = [convert.node_name(v.node) for v in summary.verdicts]
     rows = [convert.verdict_row(v) for v in summary.verdicts]
-    with translated(f"record the verdicts of run {run_id}"), store.engine.begin() as conn:
+    with store.writing(f"record the verdicts of run {run_id}") as conn:
         started: datetime = run_started(conn, run_id)
         done = conn.execute(select(VerdictRecord.id).where(VerdictRecord.run_id == run_id))
         if done.first() is not None:

@@ -1,4 +1,4 @@
-"""Pure mapping between the data model (screener.model) and table rows (plain dicts).
+"""Pure mapping between the data model (screener.probe_data) and table rows (plain dicts).
 
 Kept apart from the SQL so that "what gets stored" can be tested, and read back, exactly.
 """
@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from screener.errors import StoreError
-from screener.model import (
+from screener.probe_data import (
     FioJobResult,
     IostatSample,
     MdStatus,
@@ -22,7 +22,7 @@ from screener.model import (
     Status,
     Verdict,
 )
-from screener.store.schema import JOB_KINDS
+from screener.store.tables import JOB_KINDS
 
 Row = dict[str, Any]
 Stored = Mapping[Any, Any]  # a row read back (SQLAlchemy RowMapping)

@@ -11,11 +11,11 @@ from datetime import datetime
 
 from sqlalchemy import Connection, insert, select
 
-from screener.model import Trigger
+from screener.probe_data import Trigger
 from screener.store import convert
 from screener.store.base import aware, ensure_nodes, run_started
-from screener.store.schema import EpisodeRecord, EventRecord, NodeRecord, RunRecord
 from screener.store.store import Store
+from screener.store.tables import EpisodeRecord, EventRecord, NodeRecord, RunRecord
 
 # The events that settle a drain intent ("drain_pending"): whichever of these is a node's
 # latest says whether an intent is still open.
@@ -57,7 +57,7 @@ class DrainIntents:
         intent) and the slow episode, in one transaction."""
         name = convert.node_name(node)
         when = aware(at, "at")
-        with self.store._write(f"record the drain of {name}") as conn:
+        with self.store.writing(f"record the drain of {name}") as conn:
             if run_id is not None:
                 run_started(conn, run_id)
             node_id = ensure_nodes(conn, [name], when, touch=False)[name]
@@ -83,7 +83,7 @@ class DrainIntents:
         )
         if nodes is not None:
             query = query.where(NodeRecord.name.in_(list(nodes)))
-        with self.store._read("read drain intents") as conn:
+        with self.store.reading("read drain intents") as conn:
             rows = conn.execute(query).all()
         out: list[PendingDrain] = []
         seen: set[str] = set()
@@ -105,7 +105,7 @@ class DrainIntents:
         host's clock is behind the one that wrote the intent."""
         name = convert.node_name(pending.node)
         when = max(aware(at, "at"), aware(pending.at, "intent time"))
-        with self.store._write(f"settle the drain intent of {name}") as conn:
+        with self.store.writing(f"settle the drain intent of {name}") as conn:
             node_id = ensure_nodes(conn, [name], when, touch=False)[name]
             if issued:
                 _event(conn, node_id, when, "drain", why, pending.run_id, pending.reason)

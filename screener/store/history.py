@@ -14,8 +14,8 @@ from typing import Any
 
 from sqlalchemy import ColumnElement, Select, func, or_, select
 
-from screener.model import Status
-from screener.store.schema import NodeRecord, VerdictRecord
+from screener.probe_data import Status
+from screener.store.tables import NodeRecord, VerdictRecord
 
 
 def usable(recipe: str | None, since: datetime | None) -> list[ColumnElement[bool]]:

@@ -7,19 +7,19 @@ transaction: an ingest is all stored or not at all.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import Connection, delete, insert, select
+from sqlalchemy import delete, insert, select
 
 from screener.errors import StoreError
-from screener.model import Status, Trigger
+from screener.probe_data import Status, Trigger
 from screener.store import convert
 from screener.store.base import JOB_ID_MAX, aware, ensure_nodes, new_id
-from screener.store.engine import screener_version, translated
-from screener.store.schema import (
+from screener.store.engine import screener_version
+from screener.store.store import Store
+from screener.store.tables import (
     EpisodeRecord,
     EventRecord,
     JobIngestRecord,
@@ -28,7 +28,6 @@ from screener.store.schema import (
     RunRecord,
     VerdictRecord,
 )
-from screener.store.store import Store
 
 # Reason prefix of the episodes ingest writes (SlowNode reasons start with it), so a
 # --replace removes only those, never another writer's trigger-"job" episodes (the
@@ -107,14 +106,6 @@ def _job_id(job_id: str) -> str:
     return job_id
 
 
-@contextmanager
-def _read(store: Store, doing: str) -> Iterator[Connection]:
-    with translated(doing), store.engine.connect() as conn:
-        conn.execution_options(sqlite_begin="DEFERRED")
-        with conn.begin():
-            yield conn
-
-
 def record_ingest(
     store: Store,
     head: IngestHead,
@@ -136,7 +127,7 @@ def record_ingest(
         convert.node_name(s.node)
         if not s.reason.startswith(EPISODE_PREFIX):
             raise StoreError(f"in-job episode reason must start with {EPISODE_PREFIX!r}")
-    with translated(f"record the ingest of job {job}"), store.engine.begin() as conn:
+    with store.writing(f"record the ingest of job {job}") as conn:
         earlier = conn.scalars(
             select(JobIngestRecord.ingested_at).where(JobIngestRecord.job_id == job)
         ).all()
@@ -216,7 +207,7 @@ def record_ingest(
 def job_results(store: Store, job_id: str) -> list[ResultRow]:
     """The figures of the job's latest ingest: whole job first, then by node."""
     job = _job_id(job_id)
-    with _read(store, f"read the results of job {job}") as conn:
+    with store.reading(f"read the results of job {job}") as conn:
         latest = conn.scalar(
             select(JobIngestRecord.id)
             .where(JobIngestRecord.job_id == job)
@@ -253,7 +244,7 @@ def in_job_reads(store: Store, since: datetime) -> list[InJobRow]:
     """Per job ingested (latest ingest) with I/O observed since ``since``, per node: was
     its read phase judged, and was it an outlier."""
     start = aware(since, "since")
-    with _read(store, "read in-job results") as conn:
+    with store.reading("read in-job results") as conn:
         heads = conn.execute(
             select(JobIngestRecord)
             .where(JobIngestRecord.observed_at >= start)
@@ -291,7 +282,7 @@ def prolog_verdicts(store: Store, job_ids: Sequence[str]) -> list[PrologRow]:
     if not job_ids:
         return []
     out: list[PrologRow] = []
-    with _read(store, "read prolog verdicts") as conn:
+    with store.reading("read prolog verdicts") as conn:
         for chunk in range(0, len(job_ids), 500):  # keep IN lists a sane size
             out.extend(
                 PrologRow(r.job_id, r.run_id, r.started_at, r.name, Status(r.status))
@@ -330,7 +321,7 @@ def ingest_notes(store: Store, job_ids: Sequence[str]) -> dict[str, tuple[str, .
     """The notes of each job's latest ingest (what could not be judged, and why), so `job`
     and `accuracy` can say which phases were too short to judge."""
     out: dict[str, tuple[str, ...]] = {}
-    with _read(store, "read ingest notes") as conn:
+    with store.reading("read ingest notes") as conn:
         for chunk in range(0, len(job_ids), 500):
             rows = conn.execute(
                 select(JobIngestRecord.job_id, JobIngestRecord.notes)

@@ -9,11 +9,9 @@ later ones then find the schema at head and do nothing.
 from __future__ import annotations
 
 import threading
-from functools import cache
 
 from alembic import command
 from alembic.config import Config
-from alembic.script import ScriptDirectory
 from alembic.util.exc import CommandError
 from sqlalchemy import Connection, Engine, select, text
 
@@ -34,15 +32,6 @@ def alembic_config() -> Config:
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
     return cfg
-
-
-@cache
-def head_revision() -> str:
-    """The newest schema revision this code knows (read once from migrations/)."""
-    head = ScriptDirectory.from_config(alembic_config()).get_current_head()
-    if head is None:
-        raise StoreError(f"no migrations found in {MIGRATIONS_DIR}")
-    return head
 
 
 def lock_for_migration(conn: Connection) -> None:

@@ -11,15 +11,15 @@ from sqlalchemy import (
     select,
 )
 
-from screener.model import FleetFigure, NodeProbe, Status, Trigger, Verdict
+from screener.probe_data import FleetFigure, NodeProbe, Status, Trigger, Verdict
 from screener.store import convert, history
 from screener.store.base import StoreBase, aware
-from screener.store.rows import (
+from screener.store.query_rows import (
     EventRow,
     RunRow,
     is_slow,
 )
-from screener.store.schema import (
+from screener.store.tables import (
     EventRecord,
     FactsRecord,
     IostatRecord,
@@ -48,7 +48,7 @@ class StoreReads(StoreBase):
             return out
         at = None if since is None else aware(since, "since")
         ranked = history.ranked_per_node(list(out), recipe, at)
-        with self._read("read the history of many nodes") as conn:
+        with self.reading("read the history of many nodes") as conn:
             rows = conn.execute(
                 select(ranked.c.name, ranked.c.read_mb_s)
                 .where(ranked.c.rank <= limit)
@@ -66,7 +66,7 @@ class StoreReads(StoreBase):
         if limit <= 0:
             return []
         query = history.fleet_query(exclude, recipe, aware(since, "since"), limit)
-        with self._read("read the fleet's recent figures") as conn:
+        with self.reading("read the fleet's recent figures") as conn:
             rows = conn.execute(query).all()
         return [
             FleetFigure(
@@ -90,7 +90,7 @@ class StoreReads(StoreBase):
             )
         else:
             query = query.order_by(RunRecord.id.desc()).limit(1000)
-        with self._read("look up a spooled run") as conn:
+        with self.reading("look up a spooled run") as conn:
             rows = conn.execute(query).all()
         for run_id, status, policy in rows:
             if isinstance(policy, dict) and policy.get("run_tag") == uid:
@@ -99,7 +99,7 @@ class StoreReads(StoreBase):
 
     def latest_runs(self, limit: int) -> list[RunRow]:
         """The newest ``limit`` runs, newest first, with their verdicts counted."""
-        with self._read("list runs") as conn:
+        with self.reading("list runs") as conn:
             runs = conn.execute(
                 select(RunRecord)
                 .order_by(RunRecord.started_at.desc(), RunRecord.id.desc())
@@ -117,7 +117,7 @@ class StoreReads(StoreBase):
 
     def run_verdicts(self, run_id: int) -> list[Verdict]:
         """The verdicts of one run, by node name (empty if none were recorded)."""
-        with self._read(f"read the verdicts of run {run_id}") as conn:
+        with self.reading(f"read the verdicts of run {run_id}") as conn:
             rows = conn.execute(
                 select(NodeRecord.name, VerdictRecord)
                 .join(NodeRecord, NodeRecord.id == VerdictRecord.node_id)
@@ -128,7 +128,7 @@ class StoreReads(StoreBase):
 
     def run_probes(self, run_id: int, round_no: int = 1) -> list[NodeProbe]:
         """The probes of one round of one run, rebuilt as NodeProbe objects, by node name."""
-        with self._read(f"read the probes of run {run_id}") as conn:
+        with self.reading(f"read the probes of run {run_id}") as conn:
             heads = conn.execute(
                 select(NodeRecord.name, NodeProbeRecord)
                 .join(NodeRecord, NodeRecord.id == NodeProbeRecord.node_id)
@@ -157,7 +157,7 @@ class StoreReads(StoreBase):
         )
         if node is not None:
             query = query.where(NodeRecord.name == node)
-        with self._read("read node events") as conn:
+        with self.reading("read node events") as conn:
             rows = conn.execute(
                 query.order_by(EventRecord.at.desc(), EventRecord.id.desc()).limit(max(limit, 0))
             ).all()

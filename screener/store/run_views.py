@@ -17,11 +17,12 @@ from typing import Any
 from sqlalchemy import case, func, select
 
 from screener.errors import StoreError
-from screener.model import Status, Trigger
-from screener.store.base import aware, read_only
+from screener.probe_data import Status, Trigger
+from screener.store.base import aware
+from screener.store.query_rows import FlakyNodeRow, RunDetail, RunNodeRow, RunRow
 from screener.store.reads import run_row
-from screener.store.rows import FlakyNodeRow, RunDetail, RunNodeRow, RunRow
-from screener.store.schema import (
+from screener.store.store import Store
+from screener.store.tables import (
     EpisodeRecord,
     EventRecord,
     NodeProbeRecord,
@@ -29,7 +30,6 @@ from screener.store.schema import (
     RunRecord,
     VerdictRecord,
 )
-from screener.store.store import Store
 
 
 def flaky(store: Store, since: datetime, min_episodes: int) -> list[FlakyNodeRow]:
@@ -43,7 +43,7 @@ def flaky(store: Store, since: datetime, min_episodes: int) -> list[FlakyNodeRow
         .group_by(ep.node_id)
         .having(func.count() >= max(min_episodes, 1))
     )
-    with read_only(store.engine, "find flaky nodes") as conn:
+    with store.reading("find flaky nodes") as conn:
         episodes = conn.execute(
             select(NodeRecord.name, ep.trigger, ep.started_at, ep.ended_at)
             .join(NodeRecord, NodeRecord.id == ep.node_id)
@@ -99,7 +99,7 @@ def _flaky_row(name: str, eps: Sequence[Any], resumes: int) -> FlakyNodeRow:
 
 def run_detail(store: Store, run_id: int) -> RunDetail:
     """One run: its header, and per node the verdict, figures, signals and screener's actions."""
-    with read_only(store.engine, f"read run {run_id}") as conn:
+    with store.reading(f"read run {run_id}") as conn:
         run = conn.execute(select(RunRecord).where(RunRecord.id == run_id)).first()
         if run is None:
             raise StoreError(f"run {run_id} does not exist")
@@ -162,7 +162,7 @@ def sweep_mode(policy: Any) -> str | None:
 
 def counters(store: Store) -> tuple[dict[tuple[str, str], int], dict[str, int]]:
     """Totals for the exporter: runs by (trigger, status), node events by action."""
-    with read_only(store.engine, "count runs and events") as conn:
+    with store.reading("count runs and events") as conn:
         runs = conn.execute(
             select(RunRecord.trigger, RunRecord.status, func.count()).group_by(
                 RunRecord.trigger, RunRecord.status
@@ -182,7 +182,7 @@ def probe_duration_buckets(
     after scrape, so its histogram never rescans the whole probe table."""
     p = NodeProbeRecord
     cols = [func.sum(case((p.duration_s <= b, 1), else_=0)) for b in bounds]
-    with read_only(store.engine, "read probe durations") as conn:
+    with store.reading("read probe durations") as conn:
         row = conn.execute(
             select(func.max(p.id), func.count(), func.sum(p.duration_s), *cols).where(
                 p.id > after_id

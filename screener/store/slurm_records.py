@@ -8,11 +8,11 @@ from datetime import datetime
 
 from sqlalchemy import insert, or_, select, update
 
-from screener.model import Status, Trigger
+from screener.probe_data import Status, Trigger
 from screener.store import convert
 from screener.store.base import aware, ensure_nodes
 from screener.store.drain_intents import DrainIntents, PendingDrain, open_episode_in
-from screener.store.schema import (
+from screener.store.tables import (
     EpisodeRecord,
     EventRecord,
     NodeRecord,
@@ -39,7 +39,7 @@ class SlurmRecords(DrainIntents):
         """Start a slow episode for ``node`` unless one is open; True when one was started."""
         name = convert.node_name(node)
         when = aware(at, "at")
-        with self.store._write(f"open a slow episode of {name}") as conn:
+        with self.store.writing(f"open a slow episode of {name}") as conn:
             node_id = ensure_nodes(conn, [name], when, touch=False)[name]
             return open_episode_in(conn, node_id, trigger, when, reason, run_id, job_id)
 
@@ -49,7 +49,7 @@ class SlurmRecords(DrainIntents):
         when = aware(at, "at")
         if not names:
             return []
-        with self.store._write("close slow episodes") as conn:
+        with self.store.writing("close slow episodes") as conn:
             rows = conn.execute(
                 select(EpisodeRecord.id, NodeRecord.name)
                 .join(NodeRecord, NodeRecord.id == EpisodeRecord.node_id)
@@ -65,7 +65,7 @@ class SlurmRecords(DrainIntents):
 
     def episodes(self, node: str) -> list[tuple[str, datetime, datetime | None, str | None]]:
         """(trigger, started_at, ended_at, job_id) of the node's episodes, oldest first."""
-        with self.store._read(f"read episodes of {node}") as conn:
+        with self.store.reading(f"read episodes of {node}") as conn:
             rows = conn.execute(
                 select(
                     EpisodeRecord.trigger,
@@ -83,7 +83,7 @@ class SlurmRecords(DrainIntents):
         """Nodes with a slow episode open now or started/ended at or after ``since``."""
         if not nodes:
             return set()
-        with self.store._read("read recent slow episodes") as conn:
+        with self.store.reading("read recent slow episodes") as conn:
             rows = conn.execute(
                 select(NodeRecord.name)
                 .join(EpisodeRecord, NodeRecord.id == EpisodeRecord.node_id)
@@ -104,7 +104,7 @@ class SlurmRecords(DrainIntents):
         out: dict[str, datetime] = {}
         if not nodes:
             return out
-        with self.store._read("read the latest verdicts") as conn:
+        with self.store.reading("read the latest verdicts") as conn:
             rows = conn.execute(
                 select(NodeRecord.name, VerdictRecord.status, VerdictRecord.started_at)
                 .join(NodeRecord, NodeRecord.id == VerdictRecord.node_id)
@@ -128,7 +128,7 @@ class SlurmRecords(DrainIntents):
         if not passed:
             return
         when = aware(at, "at")
-        with self.store._write(f"record the fast path of job {job_id}") as conn:
+        with self.store.writing(f"record the fast path of job {job_id}") as conn:
             ids = ensure_nodes(conn, list(passed), when, touch=False)
             conn.execute(
                 insert(EventRecord),
@@ -147,7 +147,7 @@ class SlurmRecords(DrainIntents):
 
     def sweep_passes(self, node: str, limit: int = 100) -> int:
         """Consecutive OK verdicts of ``node`` in sweep runs, newest first."""
-        with self.store._read(f"read sweep verdicts of {node}") as conn:
+        with self.store.reading(f"read sweep verdicts of {node}") as conn:
             statuses = conn.scalars(
                 select(VerdictRecord.status)
                 .join(NodeRecord, NodeRecord.id == VerdictRecord.node_id)
@@ -166,7 +166,7 @@ class SlurmRecords(DrainIntents):
     # ---- drains and resumes ----------------------------------------------------------------
     def screener_reason(self, node: str) -> str | None:
         """The reason screener set in its latest drain of ``node``, unless it resumed since."""
-        with self.store._read(f"read drain events of {node}") as conn:
+        with self.store.reading(f"read drain events of {node}") as conn:
             row = conn.execute(
                 select(EventRecord.action, EventRecord.slurm_reason)
                 .join(NodeRecord, NodeRecord.id == EventRecord.node_id)
@@ -183,7 +183,7 @@ class SlurmRecords(DrainIntents):
         guard counts a node drained twice in the window (resumed while still slow) once."""
         if not nodes:
             return set()
-        with self.store._read("read recent drains") as conn:
+        with self.store.reading("read recent drains") as conn:
             rows = conn.execute(
                 select(NodeRecord.name)
                 .join(EventRecord, NodeRecord.id == EventRecord.node_id)
@@ -197,7 +197,7 @@ class SlurmRecords(DrainIntents):
 
     def set_guard_reason(self, run_id: int, reason: str) -> None:
         """Mark a run whose drains the mass-drain guard stopped."""
-        with self.store._write(f"record the guard of run {run_id}") as conn:
+        with self.store.writing(f"record the guard of run {run_id}") as conn:
             conn.execute(
                 update(RunRecord).where(RunRecord.id == run_id).values(guard_reason=reason[:500])
             )

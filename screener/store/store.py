@@ -15,7 +15,7 @@ from sqlalchemy import (
 )
 
 from screener.errors import StoreError
-from screener.model import NodeProbe, RunSummary, Trigger
+from screener.probe_data import NodeProbe, RunSummary, Trigger
 from screener.store import convert
 from screener.store.base import (
     JOB_ID_MAX,
@@ -30,7 +30,7 @@ from screener.store.engine import (
     screener_version,
 )
 from screener.store.reads import StoreReads
-from screener.store.schema import (
+from screener.store.tables import (
     DRY_RUN_ACTIONS,
     EVENT_ACTIONS,
     INTENT_ACTIONS,
@@ -69,7 +69,7 @@ class Store(StoreReads):
         at = aware(started_at, "started_at")
         if job_id is not None and not 0 < len(job_id) <= JOB_ID_MAX:
             raise StoreError(f"job id must be 1..{JOB_ID_MAX} characters, got {job_id!r}")
-        with self._write("start a run") as conn:
+        with self.writing("start a run") as conn:
             ensure_nodes(conn, names, at, touch=True)
             result = conn.execute(
                 insert(RunRecord).values(
@@ -95,7 +95,7 @@ class Store(StoreReads):
         jobs = convert.job_rows(probe)
         samples = convert.iostat_rows(probe)
         facts = None if probe.facts is None else convert.facts_row(probe.facts)
-        with self._write(f"record the probe of {name} (run {run_id}, round {round_no})") as conn:
+        with self.writing(f"record the probe of {name} (run {run_id}, round {round_no})") as conn:
             started = run_started(conn, run_id)
             node_id = ensure_nodes(conn, [name], started, touch=True)[name]
             probe_id = new_id(
@@ -115,7 +115,7 @@ class Store(StoreReads):
         """Store the final verdict of every node and the run's fleet-level flags."""
         names = [convert.node_name(v.node) for v in summary.verdicts]
         rows = [convert.verdict_row(v) for v in summary.verdicts]
-        with self._write(f"record the verdicts of run {run_id}") as conn:
+        with self.writing(f"record the verdicts of run {run_id}") as conn:
             started = run_started(conn, run_id)
             done = conn.execute(select(VerdictRecord.id).where(VerdictRecord.run_id == run_id))
             if done.first() is not None:
@@ -136,7 +136,7 @@ class Store(StoreReads):
         if status not in RUN_STATUSES:
             raise StoreError(f"run status must be one of {', '.join(RUN_STATUSES)}, not {status!r}")
         at = aware(finished_at, "finished_at")
-        with self._write(f"finish run {run_id}") as conn:
+        with self.writing(f"finish run {run_id}") as conn:
             result = conn.execute(
                 update(RunRecord)
                 .where(RunRecord.id == run_id)
@@ -162,7 +162,7 @@ class Store(StoreReads):
             known = ", ".join(actions)
             raise StoreError(f"event action must be one of {known}")
         when = aware(at, "at")
-        with self._write(f"record the {action} event of {name}") as conn:
+        with self.writing(f"record the {action} event of {name}") as conn:
             if run_id is not None:
                 run_started(conn, run_id)
             node_id = ensure_nodes(conn, [name], when, touch=False)[name]

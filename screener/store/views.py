@@ -6,37 +6,34 @@ as before.
 Every query is written to stay fast at fleet scale (10,000 nodes x a year of nightly
 sweeps, see docs/performance.md): "latest per node" is one index probe per node (a
 ``LIMIT 1`` on ``(node_id, started_at, run_id)``), never a scan of all verdicts, and the
-windows (``--since``) are range scans. Results are the frozen rows of rows.py.
+windows (``--since``) are range scans. Results are the frozen rows of query_rows.py.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any
 
 from sqlalchemy import Connection, func, select, true
 from sqlalchemy.orm import aliased
 
 from screener.errors import StoreError
-from screener.model import Status, Trigger
-from screener.store import convert
-from screener.store.base import aware, read_only
-from screener.store.rows import LatestVerdictRow, NodeHistoryRow, NodeRow
+from screener.probe_data import Status, Trigger
+from screener.store.base import aware
+from screener.store.query_rows import NodeHistoryRow, NodeRow
 from screener.store.run_views import counters, flaky, probe_duration_buckets, run_detail
-from screener.store.schema import EventRecord, NodeRecord, RunRecord, VerdictRecord
 from screener.store.store import Store
+from screener.store.tables import EventRecord, NodeRecord, RunRecord, VerdictRecord
 
 __all__ = [
     "DRAIN_STATE_ACTIONS",
     "NodeColumns",
-    "SlurmStates",
     "aware",
     "change_marks",
     "counters",
     "flaky",
-    "latest_verdicts",
     "node_columns",
     "node_history",
     "node_overview",
@@ -45,14 +42,6 @@ __all__ = [
 ]
 
 DRAIN_STATE_ACTIONS = ("drain", "resume")  # the events that change screener's drain state
-
-
-class SlurmStates(Protocol):
-    """The seam for the live Slurm state in ``screener nodes`` (screener.slurm provides one)."""
-
-    def node_states(self, nodes: Sequence[str]) -> Mapping[str, str]:
-        """Slurm's state per node name (e.g. "idle", "drained"); unknown nodes omitted."""
-        ...
 
 
 def _latest_verdict_id() -> Any:
@@ -110,7 +99,7 @@ _OVERVIEW = (
 
 def _latest_rows(
     conn: Connection,
-    columns: Sequence[str] | None = None,
+    columns: Sequence[str],
     events: Sequence[str] = ("action", "at", "slurm_reason"),
 ) -> list[Any]:
     """Every node with its newest verdict's columns and its newest drain/resume event's
@@ -118,10 +107,10 @@ def _latest_rows(
 
     PostgreSQL: two LATERAL ``LIMIT 1`` joins, one index probe each per node. SQLite has no
     LATERAL: the ids come from the materialized CTE above, then rows by primary key.
-    ``columns`` limits the verdict columns (default: all but node_id).
+    ``columns`` are the verdict columns wanted.
     """
     v, e = VerdictRecord, EventRecord
-    names = columns or [c.name for c in v.__table__.c if c.name != "node_id"]
+    names = list(columns)
     ecols = [getattr(e, n) for n in events]
     if conn.dialect.name == "postgresql":
         # 10,000 LIMIT 1 probes cost more than jit_above_cost, yet run in ~35 ms: compiling
@@ -160,27 +149,15 @@ def _latest_rows(
     return list(conn.execute(query).all())
 
 
-def latest_verdicts(store: Store) -> list[LatestVerdictRow]:
-    """Each node's most recent verdict (a later run id wins a tie on start time), by node."""
-    with read_only(store.engine, "read the latest verdicts") as conn:
-        rows = _latest_rows(conn)
-    return [
-        LatestVerdictRow(r.run_id, r.started_at, convert.verdict_from_row(r.name, r._mapping))
-        for r in rows
-        if r.run_id is not None
-    ]
-
-
 _STATUS = {s.value: s for s in Status}
 
 
-def node_overview(store: Store, now: datetime, slurm: SlurmStates | None = None) -> list[NodeRow]:
+def node_overview(store: Store, now: datetime) -> list[NodeRow]:
     """Every node: its latest verdict and figures, the age of its last probe, and whether
-    screener drained it (its last drain/resume event is a drain). ``slurm`` adds live state."""
+    screener drained it (its last drain/resume event is a drain)."""
     now = aware(now, "now")
-    with read_only(store.engine, "list nodes") as conn:
+    with store.reading("list nodes") as conn:
         rows = _latest_rows(conn, _OVERVIEW)
-    states = slurm.node_states([r.name for r in rows]) if slurm is not None else {}
     out = []
     # tuples unpacked in _OVERVIEW order: attribute access on 10,000 rows costs tens of ms
     for name, run_id, started, status, reason, read, write, ratio, p99, action, at, why in rows:
@@ -200,7 +177,6 @@ def node_overview(store: Store, now: datetime, slurm: SlurmStates | None = None)
                 drained_by_screener=drained,
                 drained_at=at if drained else None,
                 drain_reason=why if drained else None,
-                slurm_state=states.get(name),
             )
         )
     return out
@@ -229,7 +205,7 @@ def node_columns(store: Store) -> NodeColumns:
     """What the exporter needs of every node, in one query: the same latest verdict and
     drain state as ``node_overview``, only the columns it exports, transposed to columns
     (a scrape of 10,000 nodes spends its time here and in rendering, docs/performance.md)."""
-    with read_only(store.engine, "read the nodes' latest figures") as conn:
+    with store.reading("read the nodes' latest figures") as conn:
         rows = _latest_rows(conn, _FIGURES, ("action",))
     if not rows:
         return NodeColumns((), (), (), (), (), (), (), ())
@@ -243,7 +219,7 @@ def change_marks(store: Store) -> tuple[int, int, int]:
     """The highest node, verdict and node-event ids (three primary-key lookups): while they
     stay the same, no node, verdict or drain/resume has been added, so ``node_columns``
     would return the same (the store only inserts these rows; it never updates them)."""
-    with read_only(store.engine, "read the newest ids") as conn:
+    with store.reading("read the newest ids") as conn:
         row = conn.execute(
             select(
                 select(func.max(NodeRecord.id)).scalar_subquery(),
@@ -258,7 +234,7 @@ def node_history(store: Store, node: str, since: datetime) -> list[NodeHistoryRo
     """The node's verdicts since ``since``, newest first (a range scan of one index)."""
     start = aware(since, "since")
     v = VerdictRecord
-    with read_only(store.engine, f"read the history of {node}") as conn:
+    with store.reading(f"read the history of {node}") as conn:
         node_id = conn.scalar(select(NodeRecord.id).where(NodeRecord.name == node))
         if node_id is None:
             raise StoreError(f"node {node} is not in the database")

@@ -18,7 +18,7 @@ from pathlib import Path
 import asyncssh
 
 from screener.errors import CommandTimeout, ConfigError, ScreenerError, TransportError
-from screener.nodes import validate_node
+from screener.hostlist import validate_node
 from screener.policy import TransportPolicy
 from screener.transport.base import (
     CLIENT_GRACE_S,

@@ -12,9 +12,14 @@ from contextvars import ContextVar
 from typing import Protocol
 
 from screener.errors import ConfigError, TransportError
-from screener.runner import CommandResult
+from screener.process import CommandResult
 
-__all__ = ["CommandResult", "Transport", "check", "remote_command"]  # CommandResult lives in runner
+__all__ = [
+    "CommandResult",
+    "Transport",
+    "check",
+    "remote_command",
+]  # CommandResult lives in screener.process
 
 
 # Seconds the node-side ``timeout`` waits after SIGTERM before it sends SIGKILL.

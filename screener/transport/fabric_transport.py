@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from screener.errors import CommandTimeout, ConfigError, TransportError
-from screener.nodes import validate_node
+from screener.hostlist import validate_node
 from screener.policy import TransportPolicy
 from screener.transport.base import (
     CLIENT_GRACE_S,

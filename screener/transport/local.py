@@ -7,7 +7,7 @@ import socket
 from collections.abc import Sequence
 
 from screener.errors import TransportError
-from screener.runner import run_command, stop_group
+from screener.process import run_command, stop_group
 from screener.transport.base import RUN_TAG, TAG_ENV, CommandResult
 
 

@@ -19,7 +19,7 @@ from sqlalchemy import Connection
 from screener.errors import StoreError
 from screener.store.engine import make_engine
 from screener.store.migrate import lock_for_migration
-from screener.store.schema import Base, UTCDateTime
+from screener.store.tables import Base, UTCDateTime
 
 config = context.config
 

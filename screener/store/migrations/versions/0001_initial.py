@@ -1,5 +1,5 @@
 """Initial schema: nodes, runs, per-round node probes with fio jobs, iostat samples and
-facts, verdicts, and node events (see screener/store/schema.py for the why of the layout).
+facts, verdicts, and node events (see screener/store/tables.py for the why of the layout).
 
 Revision ID: 0001
 Revises:

@@ -166,7 +166,7 @@ class NodeProbe:
     @property
     def usable(self) -> bool:
         """True when the node produced figures to judge (not to be confused with Status.OK,
-        a verdict, nor CommandResult.succeeded, an exit status)."""
+        a verdict, nor a command's exit status 0)."""
         return self.error is None and self.seq_read is not None and self.seq_write is not None
 
     @property

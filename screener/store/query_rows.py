@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from screener.model import Status, Trigger, Verdict
+from screener.probe_data import Status, Trigger
 
 
 @dataclass(frozen=True)
@@ -61,15 +61,6 @@ class EventRow:
 
 
 @dataclass(frozen=True)
-class LatestVerdictRow:
-    """A node's most recent verdict, whichever run it came from (for exporters)."""
-
-    run_id: int
-    started_at: datetime
-    verdict: Verdict
-
-
-@dataclass(frozen=True)
 class NodeRow:
     """One node as ``screener nodes`` lists it: latest verdict, figures, probe age, drains."""
 
@@ -86,7 +77,9 @@ class NodeRow:
     drained_by_screener: bool  # last drain/resume event is a drain
     drained_at: datetime | None
     drain_reason: str | None  # the reason screener set in Slurm
-    slurm_state: str | None = None  # live state, when a Slurm client was passed in
+    slurm_state: str | None = (
+        None  # no Slurm client is passed in: always None (kept in the JSON/CSV)
+    )
 
 
 @dataclass(frozen=True)

@@ -30,11 +30,6 @@ class CommandResult:
     stderr: str
     duration_s: float
 
-    @property
-    def succeeded(self) -> bool:
-        """True when the command exited 0."""
-        return self.exit_status == 0
-
 
 # Seconds between SIGTERM and SIGKILL when a timed-out group is being stopped.
 KILL_GRACE_S = 2.0

@@ -3,8 +3,8 @@
 ``evaluate`` judges one probe round; ``confirm`` merges a re-probe of the suspects (beside
 a few healthy reference nodes) into the first round's verdicts, so only a slowness that
 shows up twice is final (seed 001 §7: slowness comes and goes). Nothing here does I/O;
-the rules live in ``screener.verdict_rules``, confirmation in
-``screener.verdict_confirm``; docs/detection.md explains each.
+the rules live in ``screener.verdict.rules``, confirmation in
+``screener.verdict.confirm``; docs/detection.md explains each.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from screener.model import FleetFigure, NodeProbe, RunSummary, Status, Verdict
 from screener.policy import VerdictPolicy
-from screener.verdict_confirm import (
+from screener.probe_data import FleetFigure, NodeProbe, RunSummary, Status, Verdict
+from screener.verdict.confirm import (
     SHARED_CAUSE_TAG,
     SLOW,
     confirm,
@@ -22,7 +22,7 @@ from screener.verdict_confirm import (
     references,
     suspects,
 )
-from screener.verdict_rules import (
+from screener.verdict.rules import (
     MIN_HISTORY,
     PeerStats,
     TailStats,

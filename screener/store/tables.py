@@ -32,7 +32,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from screener.model import Status, Trigger
+from screener.probe_data import Status, Trigger
 
 RUN_STATUSES = ("running", "done", "failed")
 # What screener did (or refused to do) to a node in Slurm. ``slurm_reason`` carries the exact

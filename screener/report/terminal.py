@@ -17,8 +17,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
-from screener.model import NodeProbe, Status, Verdict
 from screener.pipeline import NodeDone, ScreenResult
+from screener.probe_data import NodeProbe, Status, Verdict
 
 _STYLE = {
     Status.OK: "green",

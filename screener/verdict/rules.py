@@ -1,4 +1,4 @@
-"""The per-node rules behind ``screener.verdict``: robust peer statistics and the signals.
+"""The per-node rules behind ``screener.verdict.judge``: robust peer statistics and the signals.
 
 Pure functions over parsed probes; docs/detection.md explains each rule and its defaults.
 """
@@ -11,8 +11,8 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from screener.model import FioJobResult, NodeFacts, NodeProbe
 from screener.policy import VerdictPolicy
+from screener.probe_data import FioJobResult, NodeFacts, NodeProbe
 
 MIN_HISTORY = 3  # own-history rule needs at least this many past baseline runs
 _MAD_TO_SIGMA = 0.6745  # robust z = 0.6745 (x - median) / MAD  (Iglewicz & Hoaglin)

@@ -1,12 +1,12 @@
 """Confirmation: which nodes to re-probe (suspects and healthy references) and how a
-re-probe round is merged into the first round's verdicts. Pure, like screener.verdict."""
+re-probe round is merged into the first round's verdicts. Pure, like screener.verdict.judge."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
 
-from screener.model import RunSummary, Status, Verdict
+from screener.probe_data import RunSummary, Status, Verdict
 
 SLOW = (Status.SLOW_READ, Status.SLOW_WRITE)
 # Signal of a slow node a shared cause explained (UNKNOWN, not blamed, not drained).

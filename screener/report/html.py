@@ -19,8 +19,8 @@ import plotly.graph_objects as go
 import plotly.io as pio
 from plotly.offline import get_plotlyjs
 
-from screener.model import NodeProbe, Status
-from screener.store.rows import RunDetail, RunNodeRow
+from screener.probe_data import NodeProbe, Status
+from screener.store.query_rows import RunDetail, RunNodeRow
 
 SLOW_COLOUR = "#d62728"  # red: SLOW_READ / SLOW_WRITE (the test looks for this colour)
 COLOURS = {
