@@ -68,3 +68,10 @@ def test_transient_and_failed_reprobes_name_the_round_one_median() -> None:
     second = [node("n01", read=3000)] + [node(r, read=3000) for r in refs]
     v = confirm(first, evaluate(second, {}, POLICY), refs).verdicts[0]
     assert v.status == Status.OK and "x round-1 peer median" in v.reason, v.reason
+
+
+def test_ratio_below_one_percent_keeps_its_digits() -> None:
+    """The demo's 20 MB/s node against a 5,745 MB/s median read `0.00x` in its reason."""
+    from screener.verdict.rules import fmt_ratio
+
+    assert (fmt_ratio(20 / 5745), fmt_ratio(0.43), fmt_ratio(1.0)) == ("0.0035", "0.43", "1.00")

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from screener.probe_data import RunSummary, Status, Verdict
+from screener.verdict.rules import fmt_ratio
 
 SLOW = (Status.SLOW_READ, Status.SLOW_WRITE)
 # Signal of a slow node a shared cause explained (UNKNOWN, not blamed, not drained).
@@ -99,6 +100,6 @@ def _round1(v: Verdict, first: RunSummary) -> str:
     if v.read_mb_s is None or not median:
         return f"round 1: {v.status.value}{within}"
     return (
-        f"round 1: seq read {v.read_mb_s:,.0f} MB/s = {v.read_mb_s / median:.2f}x "
+        f"round 1: seq read {v.read_mb_s:,.0f} MB/s = {fmt_ratio(v.read_mb_s / median)}x "
         f"round-1 peer median {median:,.0f} MB/s{within}"
     )

@@ -128,9 +128,15 @@ def peer_reason(
     if stats is None or not peer_slow(stats, value, policy):
         return None
     return (
-        f"{label} {fmt(value)} = {value / stats.median:.2f}x peer median "
+        f"{label} {fmt(value)} = {fmt_ratio(value / stats.median)}x peer median "
         f"{fmt(stats.median)} (z={stats.z(value):.1f})"
     )
+
+
+def fmt_ratio(x: float) -> str:
+    """A ratio to a median: two decimals, or two significant digits below 0.01, so a node
+    at 1/300 of its peers reads 0.0033x, not 0.00x."""
+    return f"{x:.2f}" if x >= 0.01 or x <= 0 else f"{x:.2g}"
 
 
 def fmt_iops(iops: float) -> str:
@@ -203,7 +209,7 @@ def history_reason(bw: float, history: Sequence[float], policy: VerdictPolicy) -
         return None
     own = statistics.median(history)
     if own > 0 and bw < policy.history_drop * own:
-        return f"seq read {bw / own:.2f}x its own median {fmt_mb(own)}"
+        return f"seq read {fmt_ratio(bw / own)}x its own median {fmt_mb(own)}"
     return None
 
 
