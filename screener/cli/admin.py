@@ -134,7 +134,7 @@ def _run_header(d: RunDetail) -> list[str]:
     lines = [
         f"run {r.id}: {r.trigger.value} job={r.job_id or '-'} nodes={r.nodeset} "
         f"status={r.status} started={r.started_at:%Y-%m-%d %H:%M:%S}Z",
-        f"peer read median: {d.peer_read_median_mb_s or 0:,.0f} MB/s; "
+        f"round-1 peer read median: {d.peer_read_median_mb_s or 0:,.0f} MB/s; "
         f"{r.n_ok} OK, {r.n_slow} SLOW, {r.n_degraded} DEGRADED, {r.n_unknown} UNKNOWN",
     ]
     if d.mode:
