@@ -60,17 +60,6 @@ def recorded_run(
             db.close()
 
 
-def _settled(result: ScreenResult, recorder: spool.SpoolingStore | None) -> ScreenResult:
-    """``result`` with the recorder's outcome: the DB run id, or why the run was spooled
-    (or lost) as ``store_error`` — a caller must not act on a run the DB does not hold."""
-    if recorder is not None and recorder.lost is not None:
-        return dataclasses.replace(result, run_id=recorder.run_id, store_error=str(recorder.lost))
-    if recorder is not None and recorder.spooled:
-        note = f"database unavailable ({recorder.reason}); {spool.SPOOLED_NOTE} {recorder.path}"
-        return dataclasses.replace(result, run_id=recorder.run_id, store_error=note)
-    return result
-
-
 def settled(result: ScreenResult, recorder: spool.SpoolingStore | None) -> ScreenResult:
     """``result`` with the recorder's outcome: the DB run id, or why the run was spooled
     (or lost) as ``store_error`` — a caller must not act on a run the DB does not hold."""
