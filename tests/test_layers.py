@@ -31,6 +31,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("composition root", ("screener.app",)),
     ("Slurm hooks", ("screener.hooks",)),
     ("commands", ("screener.cli",)),
+    ("entry point", ("screener.entry",)),
 )
 LEVEL = {part: level for level, (_, parts) in enumerate(LAYERS) for part in parts}
 

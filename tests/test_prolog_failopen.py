@@ -255,3 +255,58 @@ def test_a_selected_job_on_this_host_is_screened_and_may_start(tmp_path: Path) -
     assert res.returncode == 0, res.stderr
     assert "may start" in res.stderr and "Traceback" not in res.stderr
     assert (tmp_path / "db.sqlite").exists()
+
+
+# ------------------------------------------------------------------ a broken install
+
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def broken_dependency(tmp_path: Path) -> Path:
+    """A site-packages shadow whose `rich` (imported by screener.cli at module level) raises on
+    import: a half-upgraded venv."""
+    shadow = tmp_path / "shadow" / "rich"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise ImportError('half-upgraded: no module console')\n")
+    return shadow.parent
+
+
+@pytest.mark.parametrize("which", ["prolog", "epilog"])
+def test_a_hook_whose_install_is_broken_fails_open_in_one_line(tmp_path: Path, which: str) -> None:
+    env = {**JOB, "PYTHONPATH": str(broken_dependency(tmp_path))}
+    res = hook(which, config(tmp_path), env)
+    line = one_log_line(res, 0, "cannot import screener", "half-upgraded")
+    assert ("fail open" in line) == (which == "prolog")
+
+
+def test_a_query_command_whose_install_is_broken_exits_1_in_one_line(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(broken_dependency(tmp_path))}
+    res = subprocess.run(
+        [SCREENER, "nodes"], capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL
+    )
+    one_log_line(res, 1, "cannot import screener (ImportError: half-upgraded")
+
+
+@pytest.mark.parametrize(("which", "says"), [("prolog", "fail open"), ("epilog", "exit 0")])
+@pytest.mark.parametrize("binary", ["missing", "directory", "not-executable"])
+def test_the_slurmctld_wrapper_without_a_usable_screener_exits_0(
+    tmp_path: Path, which: str, says: str, binary: str
+) -> None:
+    """jobs/<hook>-slurmctld with SCREENER_BIN pointing nowhere useful: exit 0, one line
+    (a shell's `exec` of a missing file would exit 127, and Slurm would requeue every job)."""
+    path = tmp_path / "screener"
+    if binary == "directory":
+        path.mkdir()
+    elif binary == "not-executable":
+        path.write_text("#!/bin/sh\nexit 1\n")
+    env = {"PATH": "/usr/bin:/bin", "SCREENER_BIN": str(path), **JOB}
+    res = subprocess.run(
+        [str(REPO / "jobs" / f"{which}-slurmctld")],
+        capture_output=True,
+        text=True,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        timeout=30,
+    )
+    one_log_line(res, 0, f"screener {which}: {path} is not an executable", says)
