@@ -48,6 +48,7 @@ def exporter(args: argparse.Namespace, console: Console) -> int:
     from screener.metrics import StoreCollector, parse_listen, serve, write_textfile
     from screener.metrics.accuracy import AccuracyCollector
     from screener.metrics.exporter import check_textfile
+    from screener.metrics.ops import OpsCollector
 
     policy = load_policy(args.config)
     if args.textfile is None:
@@ -60,6 +61,7 @@ def exporter(args: argparse.Namespace, console: Console) -> int:
         registry = CollectorRegistry()
         registry.register(StoreCollector(store, reuse_s=args.reuse_seconds))
         registry.register(AccuracyCollector(store))  # screening vs in-job figures, 30 days
+        registry.register(OpsCollector(store, policy))  # what the alerting rules need
         if args.textfile is not None:
             write_textfile(registry, args.textfile)
             return 0

@@ -191,3 +191,31 @@ def probe_duration_buckets(
     if not row[1]:
         return after_id, [0] * len(bounds), 0, 0.0
     return int(row[0]), [int(c or 0) for c in row[3:]], int(row[1]), float(row[2] or 0.0)
+
+
+def last_finished(store: Store) -> dict[tuple[str, str], datetime]:
+    """When the newest finished run of each (trigger, status) ended: the exporter's
+    ``screener_last_run_timestamp_seconds`` (did last night's sweep finish, or fail?)."""
+    r = RunRecord
+    with store.reading("read the last finished runs") as conn:
+        rows = conn.execute(
+            select(r.trigger, r.status, func.max(r.finished_at))
+            .where(r.finished_at.is_not(None))
+            .group_by(r.trigger, r.status)
+        ).all()
+    return {(t, s): aware(at, "finished_at") for t, s, at in rows if at is not None}
+
+
+def run_walls(store: Store, trigger: Trigger, since: datetime) -> list[float]:
+    """Wall seconds (finish - start) of the finished ``trigger`` runs started since
+    ``since`` (a range scan of the start-time index)."""
+    r = RunRecord
+    with store.reading(f"read {trigger.value} run walls") as conn:
+        rows = conn.execute(
+            select(r.started_at, r.finished_at).where(
+                r.trigger == trigger.value,
+                r.started_at >= aware(since, "since"),
+                r.finished_at.is_not(None),
+            )
+        ).all()
+    return [(end - start).total_seconds() for start, end in rows if end is not None]
