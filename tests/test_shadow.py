@@ -6,16 +6,24 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import json
+import os
+import subprocess
+import sys
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 from store_data import error_probe, full_probe
 
 from screener.errors import ConfigError
-from screener.policy import RULE_NAMES, VerdictPolicy, policy_from_dict
-from screener.probe_data import NodeProbe, Status, Verdict
+from screener.policy import RULE_NAMES, Policy, SlurmPolicy, VerdictPolicy, policy_from_dict
+from screener.probe_data import NodeProbe, Status, Trigger, Verdict
+from screener.store import Store
 from screener.verdict.judge import evaluate, suspects
 from screener.verdict.shadow import fired, shadow_rules, shadowed
+
+pytest_plugins = ["store_fixtures"]  # fixtures: db_backend, db_store, pg_dbs
 
 VERDICT = Path(__file__).parent.parent / "screener" / "verdict"
 
@@ -109,3 +117,70 @@ def test_shadow_names_are_checked_against_the_rules() -> None:
     assert message.startswith("verdict.shadow: unknown rule 'pear_tail' (rules: peer_read,")
     with pytest.raises(ConfigError, match="wrong type"):
         policy_from_dict({"verdict": {"shadow": "peer_tail"}})
+
+
+# ---- visible where admins look: the run's report, `screener doctor` ----------------------
+
+
+def test_the_run_and_its_html_report_say_dry_run_shadow_and_would_have_drained(
+    db_store: Store,
+) -> None:
+    from screener.report import html
+    from screener.store import views
+
+    policy = Policy(verdict=VerdictPolicy(shadow=("peer_read",)), slurm=SlurmPolicy(dry_run=True))
+    at = datetime(2026, 11, 1, 22, 0, tzinfo=UTC)
+    summary = evaluate(_fleet(0.02), {}, policy.verdict)
+    nodes = [v.node for v in summary.verdicts]
+    run = db_store.start_run(Trigger.MANUAL, nodes, policy.to_dict(), None, "node[01-08]", at)
+    db_store.record_verdicts(run, summary)
+    db_store.finish_run(run, at + timedelta(seconds=30))
+    detail = views.run_detail(db_store, run)
+    assert detail.rollout is not None
+    assert detail.rollout.startswith("dry run: decided and recorded, nobody drained")
+    assert "shadow rules peer_read: recorded ('would have drained'), never drain" in detail.rollout
+    (stored,) = [n for n in detail.nodes if n.node == "node01"]
+    assert stored.status is Status.SLOW_READ  # ratio is live: it still decides
+    page = html.render(detail, [])
+    assert "<b>Rollout:</b> dry run" in page
+    live = Policy()
+    run2 = db_store.start_run(Trigger.MANUAL, nodes, live.to_dict(), None, "node[01-08]", at)
+    db_store.finish_run(run2, at + timedelta(seconds=30))
+    assert views.run_detail(db_store, run2).rollout is None
+
+
+def test_would_have_drained_nodes_are_named_in_the_report(db_store: Store) -> None:
+    from screener.report import html
+    from screener.store import views
+
+    policy = Policy(verdict=VerdictPolicy(shadow=("peer_read", "ratio")))
+    at = datetime(2026, 11, 1, 22, 0, tzinfo=UTC)
+    summary = evaluate(_fleet(0.02), {}, policy.verdict)
+    nodes = [v.node for v in summary.verdicts]
+    run = db_store.start_run(Trigger.MANUAL, nodes, policy.to_dict(), None, "node[01-08]", at)
+    db_store.record_verdicts(run, summary)
+    db_store.finish_run(run, at + timedelta(seconds=30))
+    detail = views.run_detail(db_store, run)
+    (stored,) = [n for n in detail.nodes if n.node == "node01"]
+    assert stored.status is Status.OK and "shadow:peer_read" in stored.signals
+    page = html.render(detail, [])
+    assert "Would have drained: node01." in page
+    assert (
+        detail.rollout
+        == "shadow rules peer_read, ratio: recorded ('would have drained'), never drain"
+    )
+
+
+def test_doctor_shows_dry_run_and_shadow_rules(tmp_path: Path) -> None:
+    config = tmp_path / "screener.toml"
+    config.write_text('[slurm]\ndry_run = true\n[verdict]\nshadow = ["peer_tail"]\n')
+    env = {**os.environ, "SCREENER_DATABASE_URL": f"sqlite:///{tmp_path}/x.db"}
+    argv = [sys.executable, "-m", "screener.cli", "--config", str(config), "doctor", "--json"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env)
+    info = json.loads(done.stdout)
+    assert info["dry_run"].startswith("on: decide and record, never drain nor resume")
+    assert info["shadow_rules"].startswith("peer_tail: recorded ('would have drained')")
+    config.write_text("")
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env)
+    info = json.loads(done.stdout)
+    assert info["dry_run"].startswith("off") and info["shadow_rules"] == "none: every rule decides"

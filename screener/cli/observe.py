@@ -60,7 +60,8 @@ def exporter(args: argparse.Namespace, console: Console) -> int:
     with app.open_results(policy) as store:
         registry = CollectorRegistry()
         registry.register(StoreCollector(store, reuse_s=args.reuse_seconds))
-        registry.register(AccuracyCollector(store))  # screening vs in-job figures, 30 days
+        # screening vs in-job figures over 30 days, also per rule (shadowed or not)
+        registry.register(AccuracyCollector(store, shadow=policy.verdict.shadow))
         registry.register(OpsCollector(store, policy))  # what the alerting rules need
         if args.textfile is not None:
             write_textfile(registry, args.textfile)

@@ -143,7 +143,25 @@ def run_detail(store: Store, run_id: int) -> RunDetail:
     )
     header: RunRow = run_row(run, counts)
     mode = sweep_mode(run.policy)
-    return RunDetail(header, run.guard_reason, run.peer_read_median_mb_s, nodes, mode)
+    return RunDetail(
+        header, run.guard_reason, run.peer_read_median_mb_s, nodes, mode, rollout(run.policy)
+    )
+
+
+def rollout(policy: Any) -> str | None:
+    """How cautiously a run acted, from the policy stored with it: a whole-site dry run
+    ([slurm] dry_run, or a sweep's --dry-run) and the rules in shadow ([verdict] shadow);
+    None when every rule decided and drains were live."""
+    if not isinstance(policy, dict):
+        return None
+    slurm, verdict, mode = (policy.get(k) for k in ("slurm", "verdict", "sweep_mode"))
+    dry = any(isinstance(d, dict) and d.get("dry_run") for d in (slurm, mode))
+    shadow = verdict.get("shadow") if isinstance(verdict, dict) else None
+    parts = ["dry run: decided and recorded, nobody drained nor resumed"] if dry else []
+    if isinstance(shadow, list) and shadow:
+        names = ", ".join(str(n) for n in shadow)
+        parts.append(f"shadow rules {names}: recorded ('would have drained'), never drain")
+    return "; ".join(parts) or None
 
 
 def sweep_mode(policy: Any) -> str | None:
