@@ -146,6 +146,9 @@ class SweepPolicy:
     deep_window: int = 5  # steady state over the last this many rounds ...
     deep_max_excursion: float = 0.2  # ... max-min within this fraction of their mean ...
     deep_max_slope: float = 0.1  # ... and |best-fit slope| x window within this fraction
+    # A node without a sweep verdict this many hours (sweeps running that long) is soft-
+    # drained by the sweep, probed once idle, resumed at once if it passes (0 = off).
+    max_age_h: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -339,6 +342,7 @@ _BOUNDS: dict[str, tuple[float, float, bool]] = {
     "sweep.resume_after": (1, 1000, False),
     "sweep.deep_max_rounds": (2, 10_000, False),
     "sweep.deep_window": (2, 1000, False),
+    "sweep.max_age_h": (0, 36500 * 24, False),
     "sweep.deep_max_excursion": (0, 10, True),
     "sweep.deep_max_slope": (0, 10, True),
     "ingest.min_phase_s": (0, _DAY, False),

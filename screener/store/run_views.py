@@ -237,3 +237,21 @@ def run_walls(store: Store, trigger: Trigger, since: datetime) -> list[float]:
             )
         ).all()
     return [(end - start).total_seconds() for start, end in rows if end is not None]
+
+
+def sweep_reach(store: Store) -> tuple[datetime | None, dict[str, datetime]]:
+    """When the first sweep started (None: never), and per node when its newest sweep
+    verdict's run started: which nodes the sweeps reach, and how long ago. One grouped
+    scan of the sweeps' verdicts (the sweep runs it once a night)."""
+    v, r = VerdictRecord, RunRecord
+    with store.reading("read when the sweeps last reached each node") as conn:
+        first = conn.scalar(select(func.min(r.started_at)).where(r.trigger == Trigger.SWEEP.value))
+        rows = conn.execute(
+            select(NodeRecord.name, func.max(v.started_at))
+            .join(NodeRecord, NodeRecord.id == v.node_id)
+            .join(r, r.id == v.run_id)
+            .where(r.trigger == Trigger.SWEEP.value)
+            .group_by(NodeRecord.name)
+        ).all()
+    last = {name: aware(at, "started_at") for name, at in rows if at is not None}
+    return (None if first is None else aware(first, "started_at")), last
