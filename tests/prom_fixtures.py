@@ -30,6 +30,7 @@ from screener.store import Store, open_store
 
 PROMETHEUS = "/usr/bin/prometheus"
 RULES = Path(__file__).parent.parent / "deploy" / "prometheus" / "screener-rules.yml"
+SHADOW = ("peer_tail",)  # a shadowed rule: the per-rule accuracy panel has a series
 SPOOLED = 1  # runs left in the fixture's spool directory (ScreenerSpoolUnreplayed)
 
 
@@ -78,7 +79,7 @@ def prom(pg_dbs: Any, pg_template: str, tmp_path_factory: pytest.TempPathFactory
     seed_accuracy(store, seeded.now)  # one screened job with a miss: the accuracy panel
     registry = CollectorRegistry()
     registry.register(StoreCollector(store))
-    registry.register(AccuracyCollector(store))
+    registry.register(AccuracyCollector(store, shadow=SHADOW))
     tmp = tmp_path_factory.mktemp("prometheus")
     spool = tmp / "spool"
     spool.mkdir()

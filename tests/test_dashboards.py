@@ -130,6 +130,9 @@ def test_every_dashboard_sql_returns_rows_as_the_readonly_role(readonly: str) ->
                     assert rows[0].node == FLAKY and rows[0].episodes == 3
                 if title.startswith("Jobs dragged down"):
                     assert [(r.job, r[-1]) for r in rows] == [(JOB, MISSED)]
+                if title.startswith("Sweep reach"):  # swept a day ago, all eight
+                    assert len(rows) == 8 and {r[-1] for r in rows} == {"yes"}
+                    assert all(23.9 <= float(r[2]) <= 24.1 for r in rows), rows
             conn.rollback()
             with pytest.raises(DBAPIError, match=r"read-only|permission denied"):
                 conn.execute(text("DELETE FROM episodes"))

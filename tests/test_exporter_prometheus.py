@@ -54,6 +54,9 @@ def test_exporter_figures_in_prometheus(prom: Prom) -> None:
     assert _value(prom, f'screener_accuracy_nodes{{{part},class="miss"}}') == 1
     assert _value(prom, f'screener_accuracy_nodes{{{part},class="stayed_ok"}}') == 3
     assert _value(prom, f"screener_accuracy_miss_ratio{{{part}}}") == 0.25
+    tail = 'rule="peer_tail",mode="shadow"'  # shadowed in the fixture, never fired
+    assert _value(prom, f'screener_accuracy_rule_nodes{{{tail},class="misses"}}') == 1
+    assert _value(prom, f'screener_accuracy_rule_nodes{{{tail},class="caught"}}') == 0
 
 
 def _prom_exprs() -> list[tuple[str, str, str]]:
@@ -77,6 +80,9 @@ def test_every_dashboard_promql_returns_data(prom: Prom) -> None:
         if not prom.wait_for(expr, timeout=30):
             empty.append((name, title, expr))
     assert empty == []
+    # every node's latest verdict is at most a day old: the sweep coverage stat is 100 %
+    coverage = [e for n, t, e in exprs if t.startswith("Sweep coverage")]
+    assert [_value(prom, e) for e in coverage] == [1.0]
 
 
 def test_alert_rules_evaluate_on_the_exporter(prom: Prom) -> None:
