@@ -20,6 +20,7 @@ from screener.errors import ConfigError
 from screener.policy import RULE_NAMES, Policy, SlurmPolicy, VerdictPolicy, policy_from_dict
 from screener.probe_data import NodeProbe, Status, Trigger, Verdict
 from screener.store import Store
+from screener.store.query_rows import RunDetail
 from screener.verdict.judge import evaluate, suspects
 from screener.verdict.shadow import fired, shadow_rules, shadowed
 
@@ -122,20 +123,26 @@ def test_shadow_names_are_checked_against_the_rules() -> None:
 # ---- visible where admins look: the run's report, `screener doctor` ----------------------
 
 
+def _screened_run(store: Store, policy: Policy) -> RunDetail:
+    """The slow fleet judged under ``policy`` and stored with it: the run as `show` reads it."""
+    from screener.store import views
+
+    at = datetime(2026, 11, 1, 22, 0, tzinfo=UTC)
+    summary = evaluate(_fleet(0.02), {}, policy.verdict)
+    nodes = [v.node for v in summary.verdicts]
+    run = store.start_run(Trigger.MANUAL, nodes, policy.to_dict(), None, "node[01-08]", at)
+    store.record_verdicts(run, summary)
+    store.finish_run(run, at + timedelta(seconds=30))
+    return views.run_detail(store, run)
+
+
 def test_the_run_and_its_html_report_say_dry_run_shadow_and_would_have_drained(
     db_store: Store,
 ) -> None:
     from screener.report import html
-    from screener.store import views
 
     policy = Policy(verdict=VerdictPolicy(shadow=("peer_read",)), slurm=SlurmPolicy(dry_run=True))
-    at = datetime(2026, 11, 1, 22, 0, tzinfo=UTC)
-    summary = evaluate(_fleet(0.02), {}, policy.verdict)
-    nodes = [v.node for v in summary.verdicts]
-    run = db_store.start_run(Trigger.MANUAL, nodes, policy.to_dict(), None, "node[01-08]", at)
-    db_store.record_verdicts(run, summary)
-    db_store.finish_run(run, at + timedelta(seconds=30))
-    detail = views.run_detail(db_store, run)
+    detail = _screened_run(db_store, policy)
     assert detail.rollout is not None
     assert detail.rollout.startswith("dry run: decided and recorded, nobody drained")
     assert "shadow rules peer_read: recorded ('would have drained'), never drain" in detail.rollout
@@ -143,24 +150,14 @@ def test_the_run_and_its_html_report_say_dry_run_shadow_and_would_have_drained(
     assert stored.status is Status.SLOW_READ  # ratio is live: it still decides
     page = html.render(detail, [])
     assert "<b>Rollout:</b> dry run" in page
-    live = Policy()
-    run2 = db_store.start_run(Trigger.MANUAL, nodes, live.to_dict(), None, "node[01-08]", at)
-    db_store.finish_run(run2, at + timedelta(seconds=30))
-    assert views.run_detail(db_store, run2).rollout is None
+    assert _screened_run(db_store, Policy()).rollout is None
 
 
 def test_would_have_drained_nodes_are_named_in_the_report(db_store: Store) -> None:
     from screener.report import html
-    from screener.store import views
 
     policy = Policy(verdict=VerdictPolicy(shadow=("peer_read", "ratio")))
-    at = datetime(2026, 11, 1, 22, 0, tzinfo=UTC)
-    summary = evaluate(_fleet(0.02), {}, policy.verdict)
-    nodes = [v.node for v in summary.verdicts]
-    run = db_store.start_run(Trigger.MANUAL, nodes, policy.to_dict(), None, "node[01-08]", at)
-    db_store.record_verdicts(run, summary)
-    db_store.finish_run(run, at + timedelta(seconds=30))
-    detail = views.run_detail(db_store, run)
+    detail = _screened_run(db_store, policy)
     (stored,) = [n for n in detail.nodes if n.node == "node01"]
     assert stored.status is Status.OK and "shadow:peer_read" in stored.signals
     page = html.render(detail, [])
