@@ -1,13 +1,20 @@
 """[sweep] max_age_h, the pure part: which busy nodes are due for a check, and how many
-the partition guard leaves room for (the emulated cluster test: test_sweep_mode.py)."""
+the partition guard leaves room for, and a dry run through the store (the emulated
+cluster test: test_sweep_mode.py)."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from screener.hooks.sweep_due import due_nodes, due_reason, is_due, room
-from screener.policy import Policy, SlurmPolicy
+from screener.hooks.sweep_due import drain_due, due_nodes, due_reason, is_due, room
+from screener.policy import Policy, SlurmPolicy, SweepPolicy
+from screener.probe_data import RunSummary, Status, Trigger, Verdict
+from screener.slurm.cli_backend import CliSlurm
 from screener.slurm.client import SlurmNode, check_reason
+from screener.store import Store
+from screener.store.slurm_records import SlurmRecords
+
+pytest_plugins = ["store_fixtures"]  # fixtures: db_backend, db_store, pg_dbs
 
 NOW = datetime(2026, 11, 24, 2, 0, tzinfo=UTC)
 EVERY = {
@@ -50,3 +57,35 @@ def test_the_reason_is_screeners_own_and_slurm_accepts_it() -> None:
     assert is_due(reason, "screener:")
     assert not is_due("screener: rd 0.05x peers r42", "screener:")
     assert not is_due(None, "screener:")
+
+
+def test_a_dry_run_records_would_drain_for_the_oldest_within_the_guard(db_store: Store) -> None:
+    """Through a real store: sweeps began 3 days ago; n1 was swept 2 days ago, n2 and n5
+    never; the partition of 4 at fraction 0.5 leaves room for 2: n2 and n5 (never reached,
+    so the oldest), recorded as would_drain with the due reason; Slurm is not called."""
+    at = NOW - timedelta(days=3)
+    old = db_store.start_run(Trigger.SWEEP, ["n3"], {}, None, "n3", at)
+    db_store.finish_run(old, at + timedelta(minutes=5))
+    swept = db_store.start_run(Trigger.SWEEP, ["n1"], {}, None, "n1", NOW - timedelta(days=2))
+    db_store.record_verdicts(swept, RunSummary((Verdict("n1", Status.OK, "ok"),)))
+    db_store.finish_run(swept, NOW - timedelta(days=2) + timedelta(minutes=5))
+    run = db_store.start_run(Trigger.SWEEP, ["n3"], {}, None, "n3", NOW)
+    policy = Policy(
+        slurm=SlurmPolicy(partition_max_drain_fraction=0.5), sweep=SweepPolicy(max_age_h=24.0)
+    )
+    lines: list[str] = []
+    records = SlurmRecords(db_store)
+    partition = ["n1", "n2", "n3", "n5"]
+    unheld = ["n1", "n2", "n5"]
+    done = drain_due(
+        policy, CliSlurm(), records, EVERY, partition, unheld, run, NOW, True, lines.append
+    )
+    assert done == ["n2", "n5"]
+    assert "due for a check: 3 nodes, the guard leaves room for 2" in lines
+    for node in ("n2", "n5"):
+        (event,) = db_store.node_events(node)
+        assert (event.action, event.slurm_reason) == (
+            "would_drain",
+            "screener: due for its check: no sweep verdict in 24 h",
+        )
+    assert db_store.node_events("n1") == []
