@@ -211,8 +211,58 @@ def fleet() -> dict[str, Any]:
             """,
             _pos(0, 26, 24, 8),
         ),
+        *coverage_panels(34),
     ]
     return dashboard("screener-fleet", "screener: fleet overview", panels, [])
+
+
+def coverage_panels(y: int) -> list[Panel]:
+    """Does the sweep reach every node (a node never idle is never swept), and how good is
+    each verdict rule, shadowed or not (issue 23). The reach table reads each node's newest
+    sweep verdict by the (node_id, started_at) index, LIMIT 1: no scan of all verdicts."""
+    rule = "screener_accuracy_rule_nodes"
+    return [
+        prom_panel(
+            "stat",
+            "Sweep coverage: nodes with a verdict younger than 26 h",
+            {
+                "covered": "(count(screener_node_last_probe_age_seconds < 26 * 3600) or vector(0))"
+                " / count(screener_node_drained_by_screener)"
+            },
+            _pos(0, y, 6, 8),
+            unit="percentunit",
+        ),
+        sql_panel(
+            "table",
+            "Sweep reach per node, least recently swept first (never = never idle at a sweep)",
+            """
+            SELECT n.name AS node, s.at AS "last sweep verdict",
+              round((EXTRACT(EPOCH FROM now() - s.at) / 3600)::numeric, 1) AS "hours ago",
+              CASE WHEN s.at > now() - interval '26 hours' THEN 'yes' ELSE 'no'
+                END AS "reached in 26 h"
+            FROM nodes n
+            LEFT JOIN LATERAL (
+              SELECT v.started_at AS at FROM verdicts v JOIN runs r ON r.id = v.run_id
+              WHERE v.node_id = n.id AND r.trigger = 'sweep'
+              ORDER BY v.started_at DESC LIMIT 1
+            ) s ON true
+            ORDER BY s.at ASC NULLS FIRST, n.name LIMIT 100
+            """,
+            _pos(6, y, 8, 8),
+        ),
+        prom_panel(
+            "bargauge",
+            "Per-rule record, last 30 days (a shadowed rule drains nobody: its nodes are scored)",
+            {
+                "{{rule}} ({{mode}}) caught": f'{rule}{{class="caught"}}',
+                "{{rule}} ({{mode}}) false alarms": f'{rule}{{class="false_alarms"}}',
+                "{{rule}} ({{mode}}) missed": f'{rule}{{class="misses"}}',
+                "{{rule}} ({{mode}}) drained, unknowable": f'{rule}{{class="drained"}}',
+            },
+            _pos(14, y, 10, 8),
+            options={"displayMode": "basic", "orientation": "horizontal"},
+        ),
+    ]
 
 
 def node() -> dict[str, Any]:

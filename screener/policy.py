@@ -68,6 +68,17 @@ class VerdictPolicy:
     confirm: bool = True  # re-probe suspects before a final SLOW
     confirm_references: int = 3  # healthy nodes re-probed beside the suspects (at least)
     drain_read_timeout: bool = False  # fio timed out reading after a normal write: SLOW_READ
+    # Rules in shadow mode (names as RULE_NAMES): evaluated and stored with the verdict
+    # ("would have drained"), but they never make a node SLOW (screener/verdict/shadow.py).
+    shadow: tuple[str, ...] = ()
+
+
+# The verdict rules by the signal name each gives a verdict (docs/detection.md): what
+# [verdict] shadow may name. tests/test_shadow.py checks it against the rules' code.
+RULE_NAMES = (
+    *("peer_read", "abs_read", "ratio", "peer_tail", "slow_ios", "r_await"),
+    *("peer_rand", "abs_rand", "history", "peer_write", "abs_write", "read_timeout"),
+)
 
 
 @dataclass(frozen=True)
@@ -135,6 +146,9 @@ class SweepPolicy:
     deep_window: int = 5  # steady state over the last this many rounds ...
     deep_max_excursion: float = 0.2  # ... max-min within this fraction of their mean ...
     deep_max_slope: float = 0.1  # ... and |best-fit slope| x window within this fraction
+    # A node without a sweep verdict this many hours (sweeps running that long) is soft-
+    # drained by the sweep, probed once idle, resumed at once if it passes (0 = off).
+    max_age_h: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -328,6 +342,7 @@ _BOUNDS: dict[str, tuple[float, float, bool]] = {
     "sweep.resume_after": (1, 1000, False),
     "sweep.deep_max_rounds": (2, 10_000, False),
     "sweep.deep_window": (2, 1000, False),
+    "sweep.max_age_h": (0, 36500 * 24, False),
     "sweep.deep_max_excursion": (0, 10, True),
     "sweep.deep_max_slope": (0, 10, True),
     "ingest.min_phase_s": (0, _DAY, False),
@@ -382,12 +397,24 @@ def validate(p: Policy) -> Policy:
         (bool(_BS_RE.fullmatch(pp.rand_bs)), "probe.rand_bs must be a block size like 4k"),
         (bool(p.store.url), "store.url must not be empty"),
         (p.store.spool_dir.startswith("/"), "store.spool_dir must be an absolute path"),
+        (not _unknown_rules(p.verdict.shadow), _unknown_rules(p.verdict.shadow)),
         *_slurm_checks(p),
     ]
     for ok, message in checks:
         if not ok:
             raise ConfigError(message)
     return p
+
+
+def _unknown_rules(names: tuple[str, ...]) -> str:
+    """The one-line error for [verdict] shadow names that are no rule's, or ""."""
+    unknown = [n for n in names if n not in RULE_NAMES]
+    if not unknown:
+        return ""
+    return (
+        f"verdict.shadow: unknown rule {', '.join(repr(shorten(n, 40)) for n in unknown[:3])}"
+        f" (rules: {', '.join(RULE_NAMES)})"
+    )
 
 
 def tag_problem(tag: str) -> str | None:

@@ -24,9 +24,14 @@ from prometheus_client import CollectorRegistry
 
 from screener.metrics import StoreCollector, serve
 from screener.metrics.accuracy import AccuracyCollector
+from screener.metrics.ops import OpsCollector
+from screener.policy import Policy, StorePolicy
 from screener.store import Store, open_store
 
 PROMETHEUS = "/usr/bin/prometheus"
+RULES = Path(__file__).parent.parent / "deploy" / "prometheus" / "screener-rules.yml"
+SHADOW = ("peer_tail",)  # a shadowed rule: the per-rule accuracy panel has a series
+SPOOLED = 1  # runs left in the fixture's spool directory (ScreenerSpoolUnreplayed)
 
 
 def free_port() -> int:
@@ -44,6 +49,7 @@ class Prom:
     seeded: Seeded
     db_url: str
     store: Store
+    spooled: int = SPOOLED
 
     def query(self, expr: str) -> list[dict[str, Any]]:
         q = urllib.parse.urlencode({"query": expr})
@@ -73,15 +79,21 @@ def prom(pg_dbs: Any, pg_template: str, tmp_path_factory: pytest.TempPathFactory
     seed_accuracy(store, seeded.now)  # one screened job with a miss: the accuracy panel
     registry = CollectorRegistry()
     registry.register(StoreCollector(store))
-    registry.register(AccuracyCollector(store))
+    registry.register(AccuracyCollector(store, shadow=SHADOW))
+    tmp = tmp_path_factory.mktemp("prometheus")
+    spool = tmp / "spool"
+    spool.mkdir()
+    for i in range(SPOOLED):
+        (spool / f"run-{i}.jsonl").write_text("")  # spool_files counts names only
+    registry.register(OpsCollector(store, Policy(store=StorePolicy(spool_dir=str(spool)))))
     exporter = f"127.0.0.1:{free_port()}"
     stop = threading.Event()
     server = threading.Thread(target=serve, args=(registry, exporter, stop), daemon=True)
     server.start()
-    tmp = tmp_path_factory.mktemp("prometheus")
     config = tmp / "prometheus.yml"
-    config.write_text(
+    config.write_text(  # the alerting rules are loaded as an admin includes them
         "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
+        f"rule_files: ['{RULES}']\n"
         "scrape_configs:\n"
         f"  - job_name: screener\n    static_configs: [{{targets: ['{exporter}']}}]\n"
     )

@@ -130,8 +130,34 @@ def test_every_dashboard_sql_returns_rows_as_the_readonly_role(readonly: str) ->
                     assert rows[0].node == FLAKY and rows[0].episodes == 3
                 if title.startswith("Jobs dragged down"):
                     assert [(r.job, r[-1]) for r in rows] == [(JOB, MISSED)]
+                if title.startswith("Sweep reach"):  # swept a day ago, all eight
+                    assert len(rows) == 8 and {r[-1] for r in rows} == {"yes"}
+                    assert all(23.9 <= float(r[2]) <= 24.1 for r in rows), rows
             conn.rollback()
             with pytest.raises(DBAPIError, match=r"read-only|permission denied"):
                 conn.execute(text("DELETE FROM episodes"))
     finally:
         engine.dispose()
+
+
+@pytest.mark.postgres
+def test_the_exporter_reads_everything_as_the_readonly_role(readonly: str, tmp_path: Path) -> None:
+    """deploy/systemd/screener-exporter.service logs in as this role: every collector of
+    `screener exporter` reads its families through it (none writes)."""
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from screener.metrics import StoreCollector
+    from screener.metrics.accuracy import AccuracyCollector
+    from screener.metrics.ops import OpsCollector
+    from screener.policy import Policy, StorePolicy
+
+    with open_store(readonly, readonly=True) as store:
+        registry = CollectorRegistry()
+        registry.register(StoreCollector(store))
+        registry.register(AccuracyCollector(store))
+        registry.register(OpsCollector(store, Policy(store=StorePolicy(spool_dir=str(tmp_path)))))
+        text_ = generate_latest(registry).decode()
+    assert "screener_store_up 1.0" in text_
+    assert f'screener_node_drained_since_timestamp_seconds{{node="{SLOW}"}}' in text_
+    assert 'screener_last_run_timestamp_seconds{status="done",trigger="sweep"}' in text_
+    assert "screener_accuracy_miss_ratio{" in text_

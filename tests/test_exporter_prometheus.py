@@ -4,6 +4,7 @@ units and every PromQL expression of the dashboards returns data."""
 from __future__ import annotations
 
 import json
+import urllib.request
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -53,6 +54,9 @@ def test_exporter_figures_in_prometheus(prom: Prom) -> None:
     assert _value(prom, f'screener_accuracy_nodes{{{part},class="miss"}}') == 1
     assert _value(prom, f'screener_accuracy_nodes{{{part},class="stayed_ok"}}') == 3
     assert _value(prom, f"screener_accuracy_miss_ratio{{{part}}}") == 0.25
+    tail = 'rule="peer_tail",mode="shadow"'  # shadowed in the fixture, never fired
+    assert _value(prom, f'screener_accuracy_rule_nodes{{{tail},class="misses"}}') == 1
+    assert _value(prom, f'screener_accuracy_rule_nodes{{{tail},class="caught"}}') == 0
 
 
 def _prom_exprs() -> list[tuple[str, str, str]]:
@@ -76,3 +80,27 @@ def test_every_dashboard_promql_returns_data(prom: Prom) -> None:
         if not prom.wait_for(expr, timeout=30):
             empty.append((name, title, expr))
     assert empty == []
+    # every node's latest verdict is at most a day old: the sweep coverage stat is 100 %
+    coverage = [e for n, t, e in exprs if t.startswith("Sweep coverage")]
+    assert [_value(prom, e) for e in coverage] == [1.0]
+
+
+def test_alert_rules_evaluate_on_the_exporter(prom: Prom) -> None:
+    """deploy/prometheus/screener-rules.yml loaded as is: every rule evaluates without
+    error; node03 (drained 2 days ago) fires, node06 (resumed) does not; the spooled run
+    and the UNKNOWN share (1 of 8) are pending; the sweep of a day ago raises nothing."""
+    firing = prom.wait_for('ALERTS{alertname="ScreenerNodeDrainedTooLong",alertstate="firing"}')
+    assert [s["metric"]["node"] for s in firing] == [SLOW]
+    for name in ("ScreenerSpoolUnreplayed", "ScreenerBlind"):
+        assert prom.wait_for(f'ALERTS{{alertname="{name}",alertstate="pending"}}'), name
+    assert _value(prom, "screener_spool_runs") == prom.spooled
+    last_sweep = prom.seeded.now.timestamp() - 86400 + 120  # the newest seeded sweep's end
+    done = 'screener_last_run_timestamp_seconds{trigger="sweep",status="done"}'
+    assert _value(prom, done) == last_sweep
+    with urllib.request.urlopen(f"{prom.url}/api/v1/rules", timeout=10) as r:
+        groups = json.load(r)["data"]["groups"]
+    rules = {rule["name"]: rule for g in groups for rule in g["rules"]}
+    assert len(rules) == 9
+    assert {n: r["health"] for n, r in rules.items() if r["health"] != "ok"} == {}
+    quiet = ("ScreenerSweepMissing", "ScreenerSweepFailed", "ScreenerStoreUnreadable")
+    assert all(rules[n]["state"] == "inactive" for n in quiet), [rules[n] for n in quiet]

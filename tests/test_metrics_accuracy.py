@@ -54,3 +54,19 @@ def test_a_store_failure_leaves_the_gauges_out_without_failing() -> None:
         assert generate_latest(registry) == b""
     finally:
         store.close()
+
+
+def test_rule_gauges_list_shadowed_rules_with_their_misses(db_url: str) -> None:
+    """The seeded job's prolog verdicts carry no signal: a shadowed rule that never fired
+    is listed with the one miss (node04), live rules that never fired are not listed."""
+    now = datetime.now(UTC).replace(microsecond=0)
+    with open_store(db_url) as store:
+        seed_fleet(store, now)
+        seed_accuracy(store, now)
+        registry = CollectorRegistry()
+        registry.register(AccuracyCollector(store, clock=lambda: now, shadow=("peer_tail",)))
+        tail = {"rule": "peer_tail", "mode": "shadow"}
+        assert _sample(registry, "screener_accuracy_rule_nodes", **tail, **{"class": "misses"}) == 1
+        assert _sample(registry, "screener_accuracy_rule_nodes", **tail, **{"class": "fired"}) == 0
+        text = generate_latest(registry).decode()
+        assert 'rule="peer_read"' not in text

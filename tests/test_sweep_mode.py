@@ -13,21 +13,26 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import func, select
 
 from deploy.minicluster import ClusterHandle
 from deploy.minicluster.procs import cgroup_path
 from screener.policy import load_policy
 from screener.probe.fio import probe_file, recipe_fingerprint
+from screener.probe_data import Status, Trigger
 from screener.store import open_store
+from screener.store.tables import EpisodeRecord
 from tests.hooked_cluster import (
     REPO,
     hooked_cluster,
+    job_state,
     run_screener,
     sbatch,
     sinfo_nodes,
@@ -260,3 +265,60 @@ def test_sweep_honours_keep_file_false(site: dict[str, Any]) -> None:
     with open_store(site["db"]) as store:  # and it did probe them (the file existed)
         run = store.latest_runs(1)[0]
         assert {p.node for p in store.run_probes(run.id) if p.usable} == set(cluster.nodes)
+
+
+def _wait_node(cluster: ClusterHandle, node: str, idle: bool, timeout: float = 120.0) -> None:
+    """Poll sinfo until ``node`` runs a job (idle False) or runs none (idle True)."""
+    deadline = time.monotonic() + timeout
+    state: str | list[str] = ""
+    while time.monotonic() < deadline:
+        state = sinfo_nodes(cluster)[node]["state"]  # "allocated" (22.05) or a list
+        states = {state} if isinstance(state, str) else set(state)
+        busy = bool({"ALLOCATED", "MIXED", "COMPLETING"} & {s.upper() for s in states})
+        if busy != idle:
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"{node} still {state} after {timeout:g}s")
+
+
+def test_a_never_idle_node_is_soft_drained_probed_once_idle_and_resumed(
+    site: dict[str, Any],
+) -> None:
+    """[sweep] max_age_h (issue 23): sweeps began two days ago (a seeded sweep run) and
+    never reached the node, which runs a job: the sweep drains it with its own reason while
+    the job keeps running; once the job ends, the next sweep probes it and resumes it at
+    once (resume_after 2 does not apply: it was never found slow)."""
+    cluster = site["cluster"]
+    write_config(
+        site["config"], cluster, site["db"], site["log"], probe=SHORT, sweep={"max_age_h": 24.0}
+    )
+    busy = cluster.nodes[0]
+    at = datetime.now(UTC) - timedelta(days=2)
+    with open_store(site["db"], upgrade=True) as store:
+        seeded = store.start_run(Trigger.SWEEP, cluster.nodes[1:], {}, None, "seeded", at)
+        store.finish_run(seeded, at + timedelta(minutes=5))
+    job_id = sbatch(cluster, "-w", busy, "-o", "/dev/null", "--wrap", "sleep 600")
+    try:
+        _wait_node(cluster, busy, idle=False)
+        log = _sweep(site)
+        state = sinfo_nodes(cluster)[busy]
+        assert "DRAIN" in state["state_flags"], log
+        assert state["reason"] == "screener: due for its check: no sweep verdict in 24 h", log
+        assert job_state(cluster, job_id)["job_state"] == "RUNNING"  # a soft drain
+    finally:
+        cluster.slurm("scancel", job_id)
+    wait_job(cluster, job_id)
+    _wait_node(cluster, busy, idle=True)
+    log = _sweep(site)
+    assert "DRAIN" not in sinfo_nodes(cluster)[busy]["state_flags"], log
+    with open_store(site["db"]) as store:
+        events = [(e.action, e.reason) for e in reversed(store.node_events(busy))]
+        run = store.latest_runs(1)[0]
+        (verdict,) = [v for v in store.run_verdicts(run.id) if v.node == busy]
+        with store.engine.connect() as conn:
+            episodes = conn.scalar(select(func.count()).select_from(EpisodeRecord))
+    actions = [a for a, _ in events]
+    assert actions == ["drain_pending", "drain", "resume"], events
+    assert events[-1][1] == "passed the check it was due"
+    assert verdict.status is Status.OK
+    assert episodes == 0  # drained to be checked, never found slow: no slow episode

@@ -7,6 +7,7 @@ import csv
 import io
 import json
 import re
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -25,6 +26,10 @@ _PARTITION = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 MAX_RANKS_PER_NODE = 65_536
 MAX_RANKS = 4_000_000  # nodes x ranks per node: the layout is one entry per rank
 EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
+RULE_NOTE = (
+    "a node a live rule drained never ran the job: counted as drained, never scored; a"
+    " shadowed rule drains nobody, so its nodes run the job and are scored"
+)
 
 
 def register(sub: Subparsers) -> None:
@@ -56,7 +61,13 @@ def register(sub: Subparsers) -> None:
 
     a = sub.add_parser("accuracy", help="prolog verdicts vs what screened jobs then saw")
     a.add_argument("--since", default="30d", help="window: e.g. 12h, 30d, 2w (default 30d)")
-    a.add_argument("--by", choices=["partition", "day", "job"], default="partition")
+    a.add_argument(
+        "--by",
+        choices=["partition", "day", "job", "rule"],
+        default="partition",
+        help="group by partition, day or job; `rule`: each verdict rule's record, shadowed"
+        " or not ([verdict] shadow)",
+    )
     a.add_argument("--json", action="store_true")
     a.set_defaults(handler=run_accuracy)
 
@@ -188,13 +199,21 @@ def run_accuracy(args: argparse.Namespace, console: Console) -> int:
 
     now = datetime.now(UTC)
     since = since_arg(args.since, now)
-    with app.open_results(load_policy(args.config)) as store:
+    policy = load_policy(args.config)
+    with app.open_results(policy) as store:
         in_job = in_job_reads(store, since)
         prolog = prolog_verdicts(store, sorted({r.job_id for r in in_job}))
         short = too_short(ingest_notes(store, sorted({r.job_id for r in in_job})))
     jobs = compare_all(in_job, prolog)
-    rows = summarize(jobs, args.by)
     notes = unknowable(jobs)
+    rows: Sequence[object]
+    if args.by == "rule":
+        from screener.ingest.rule_accuracy import by_rule
+
+        rows = by_rule(in_job, prolog, policy.verdict.shadow)
+        notes = [RULE_NOTE, *notes[1:]]
+    else:
+        rows = summarize(jobs, args.by)
     if args.json:
         doc = {
             "since": since.isoformat(),

@@ -48,6 +48,7 @@ def exporter(args: argparse.Namespace, console: Console) -> int:
     from screener.metrics import StoreCollector, parse_listen, serve, write_textfile
     from screener.metrics.accuracy import AccuracyCollector
     from screener.metrics.exporter import check_textfile
+    from screener.metrics.ops import OpsCollector
 
     policy = load_policy(args.config)
     if args.textfile is None:
@@ -59,7 +60,9 @@ def exporter(args: argparse.Namespace, console: Console) -> int:
     with app.open_results(policy) as store:
         registry = CollectorRegistry()
         registry.register(StoreCollector(store, reuse_s=args.reuse_seconds))
-        registry.register(AccuracyCollector(store))  # screening vs in-job figures, 30 days
+        # screening vs in-job figures over 30 days, also per rule (shadowed or not)
+        registry.register(AccuracyCollector(store, shadow=policy.verdict.shadow))
+        registry.register(OpsCollector(store, policy))  # what the alerting rules need
         if args.textfile is not None:
             write_textfile(registry, args.textfile)
             return 0

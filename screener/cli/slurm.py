@@ -228,6 +228,13 @@ def doctor(args: argparse.Namespace, console: Console) -> int:
         "why": why,
         "slurm_conf": slurm_conf_hint(),
         "database": database_url(policy).split("@")[-1],
+        "dry_run": "on: decide and record, never drain nor resume ([slurm] dry_run)"
+        if policy.slurm.dry_run
+        else "off (a sweep may still run --dry-run)",
+        "shadow_rules": ", ".join(policy.verdict.shadow)
+        + ": recorded ('would have drained'), never drain ([verdict] shadow)"
+        if policy.verdict.shadow
+        else "none: every rule decides",
     }
     if args.json:
         print(json.dumps(info, indent=2))

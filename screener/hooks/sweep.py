@@ -23,12 +23,13 @@ from screener.errors import ConfigError, StoreError
 from screener.hooks import actions
 from screener.hooks.decide import may_resume
 from screener.hooks.hooklog import HookLog
+from screener.hooks.sweep_due import drain_due, is_due, make_slow
 from screener.hooks.sweep_step import StepProber, srun_probe_argv, step_results
 from screener.hooks.sweep_submit import SweepMode, idle_nodes, submit_argv, submit_sweep
 from screener.hostlist import expand_nodeset, fold_nodes
 from screener.pipeline import ProbeLocks, ScreenResult
 from screener.policy import Policy, database_url
-from screener.probe_data import RunSummary, Status, Trigger
+from screener.probe_data import RunSummary, Status, Trigger, Verdict
 from screener.slurm import SlurmClient, SlurmNode, select_client
 from screener.store import Store, open_store
 from screener.store.slurm_records import SlurmRecords
@@ -172,8 +173,35 @@ class Sweep:
             for node, reason in plan.drain:  # what a live sweep would have done, on record
                 records.store.record_event(node, "would_drain", "dry run", now, run_id, reason)
         for v in summary.verdicts:
-            if v.node in drained_names:
+            if v.node in drained_names and not self._checked(records, run_id, v, summary, dry_run):
                 self._maybe_resume(records, run_id, v.node, v.status, dry_run)
+        if policy.sweep.max_age_h > 0:  # busy nodes no sweep reached for that long
+            unheld = [n for n in partition if n not in self.held and n not in drained_names]
+            drain_due(
+                policy, self.client, records, every, partition, unheld, run_id, now, dry_run, log
+            )
+
+    def _checked(
+        self, records: SlurmRecords, run_id: int, v: Verdict, summary: RunSummary, dry: bool
+    ) -> bool:
+        """A node soft-drained for its check (hooks/sweep_due.py), probed now: resumed at
+        once if it passed, an ordinary slow drain if slow. False for any other drain."""
+        if not is_due(records.screener_reason(v.node), self.policy.slurm.tag):
+            return False
+        now = datetime.now(UTC)
+        if v.status == Status.OK:
+            current = self.client.nodes([v.node])  # the reason *now*, not at sweep start
+            if current:
+                why = "passed the check it was due"
+                actions.resume_node(
+                    current[0], self.client, records, now, run_id, why, dry, self.log
+                )
+        elif v.status in (Status.SLOW_READ, Status.SLOW_WRITE) and not dry:
+            peers = summary.peer_read_median_mb_s
+            make_slow(self.policy, self.client, records, v, peers, run_id, now, self.log)
+        else:
+            self.log(f"{v.node}: stays drained for its check ({v.status.value})")
+        return True
 
     def _maybe_resume(
         self, records: SlurmRecords, run_id: int, node: str, status: Status, dry_run: bool

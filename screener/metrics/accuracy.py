@@ -12,7 +12,7 @@ collector's ``screener_store_up`` says why); it never fails the scrape.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -20,6 +20,7 @@ from prometheus_client.registry import Collector
 
 from screener.errors import ScreenerError
 from screener.ingest.accuracy import AccuracyRow, compare_all, summarize
+from screener.ingest.rule_accuracy import RuleRow, by_rule
 from screener.store import Store
 from screener.store.jobs import in_job_reads, prolog_verdicts
 
@@ -47,33 +48,56 @@ class AccuracyCollector(Collector):
         store: Store,
         window_s: float = WINDOW_S,
         clock: Callable[[], datetime] | None = None,
+        shadow: Sequence[str] = (),
     ) -> None:
         self.store = store
         self.window_s = window_s
         self.clock = clock or (lambda: datetime.now(UTC))
+        self.shadow = tuple(shadow)  # [verdict] shadow: the rules' mode label
 
     def describe(self) -> Iterable[Metric]:
         return []  # no pre-registration checks: collect() talks to the database
 
     def collect(self) -> Iterator[Metric]:
         try:
-            rows = self.rows()
+            rows, rules = self.rows()
         except ScreenerError as exc:
             log.warning("accuracy scrape: %s", exc)
             return
         yield from accuracy_metrics(rows, self.window_s)
+        yield rule_metric(rules)
 
-    def rows(self) -> list[AccuracyRow]:
-        """One summary row per partition over the window (no "all" row: sum in PromQL)."""
+    def rows(self) -> tuple[list[AccuracyRow], list[RuleRow]]:
+        """One summary row per partition over the window (no "all" row: sum in PromQL),
+        and one row per rule that fired or is shadowed."""
         since = self.clock() - timedelta(seconds=self.window_s)
         in_job = in_job_reads(self.store, since)
         prolog = prolog_verdicts(self.store, sorted({r.job_id for r in in_job}))
         jobs = compare_all(in_job, prolog)
         parts = sorted({c.partition or NO_PARTITION for c in jobs})
-        return [
+        rows = [
             summarize([c for c in jobs if (c.partition or NO_PARTITION) == p], "partition")[0]
             for p in parts
         ]
+        return rows, by_rule(in_job, prolog, self.shadow)
+
+
+RULE_CLASSES = ("fired", "caught", "false_alarms", "misses", "drained")
+
+
+def rule_metric(rules: Iterable[RuleRow]) -> Metric:
+    """``screener_accuracy_rule_nodes{rule, mode, class}`` (pure): each rule's record."""
+    family = GaugeMetricFamily(
+        "screener_accuracy_rule_nodes",
+        "Per verdict rule (mode live or shadow), nodes of ingested jobs: fired, caught (fired,"
+        " in-job outlier), false_alarms (fired, fine in the job), misses (not fired, outlier),"
+        " drained (fired, never ran the job: unknowable).",
+        labels=["rule", "mode", "class"],
+    )
+    for row in rules:
+        for name in RULE_CLASSES:
+            family.add_metric([row.rule, row.mode, name], getattr(row, name))
+    return family
 
 
 def accuracy_metrics(rows: Iterable[AccuracyRow], window_s: float) -> Iterator[Metric]:

@@ -228,7 +228,16 @@ def _node_metrics(nodes: views.NodeColumns, texts: Sequence[str]) -> list[Metric
         texts,
         [1.0 if d else 0.0 for d in nodes.drained_by_screener],
     )
-    return [read, write, ratio, p99, verdict, drained]
+    since = _gauge(
+        "screener_node_drained_since_timestamp_seconds",
+        "When screener drained the node (Unix time); no series while it is not drained.",
+        names,
+        texts,
+        [None if t is None else t.timestamp() for t in nodes.drained_at]
+        if nodes.drained_at
+        else [None] * len(names),
+    )
+    return [read, write, ratio, p99, verdict, drained, since]
 
 
 def _gauge(

@@ -21,6 +21,7 @@ from plotly.offline import get_plotlyjs
 
 from screener.probe_data import NodeProbe, Status
 from screener.store.query_rows import RunDetail, RunNodeRow
+from screener.verdict.shadow import WOULD
 
 SLOW_COLOUR = "#d62728"  # red: SLOW_READ / SLOW_WRITE (the test looks for this colour)
 COLOURS = {
@@ -214,6 +215,10 @@ def render(detail: RunDetail, probes: Sequence[NodeProbe], now: datetime | None 
     if detail.guard_reason:
         why = html.escape(detail.guard_reason)
         notes.append(f"<p><b>Drain guard or shared cause:</b> {why}</p>")
+    if detail.rollout:
+        would = [n.node for n in detail.nodes if n.reason.startswith(WOULD)]
+        shadowed = f" Would have drained: {html.escape(', '.join(would))}." if would else ""
+        notes.append(f"<p><b>Rollout:</b> {html.escape(detail.rollout)}.{shadowed}</p>")
     return "\n".join(
         [
             "<!DOCTYPE html>",

@@ -52,9 +52,11 @@ class DrainIntents:
         run_id: int | None,
         trigger: Trigger,
         job_id: str | None,
+        episode: bool = True,
     ) -> None:
         """Phase 2, after ``scontrol`` drained ``node``: the "drain" event (which settles the
-        intent) and the slow episode, in one transaction."""
+        intent) and the slow episode (none for a node drained only to be checked: ``episode``
+        False), in one transaction."""
         name = convert.node_name(node)
         when = aware(at, "at")
         with self.store.writing(f"record the drain of {name}") as conn:
@@ -62,7 +64,8 @@ class DrainIntents:
                 run_started(conn, run_id)
             node_id = ensure_nodes(conn, [name], when, touch=False)[name]
             _event(conn, node_id, when, "drain", reason, run_id, reason)
-            open_episode_in(conn, node_id, trigger, when, reason, run_id, job_id)
+            if episode:
+                open_episode_in(conn, node_id, trigger, when, reason, run_id, job_id)
 
     def pending_drains(self, nodes: Sequence[str] | None = None) -> list[PendingDrain]:
         """Intents not settled by a later drain / drain_failed / drain_abandoned event."""

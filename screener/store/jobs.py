@@ -98,6 +98,7 @@ class PrologRow:
     started_at: datetime
     node: str
     status: Status
+    signals: tuple[str, ...] = ()  # the rules that fired (shadowed ones as shadow:NAME)
 
 
 def _job_id(job_id: str) -> str:
@@ -285,7 +286,14 @@ def prolog_verdicts(store: Store, job_ids: Sequence[str]) -> list[PrologRow]:
     with store.reading("read prolog verdicts") as conn:
         for chunk in range(0, len(job_ids), 500):  # keep IN lists a sane size
             out.extend(
-                PrologRow(r.job_id, r.run_id, r.started_at, r.name, Status(r.status))
+                PrologRow(
+                    r.job_id,
+                    r.run_id,
+                    r.started_at,
+                    r.name,
+                    Status(r.status),
+                    tuple(r.signals or ()),
+                )
                 for r in conn.execute(
                     select(
                         RunRecord.job_id,
@@ -293,6 +301,7 @@ def prolog_verdicts(store: Store, job_ids: Sequence[str]) -> list[PrologRow]:
                         RunRecord.started_at,
                         NodeRecord.name,
                         VerdictRecord.status,
+                        VerdictRecord.signals,
                     )
                     .join(RunRecord, RunRecord.id == VerdictRecord.run_id)
                     .join(NodeRecord, NodeRecord.id == VerdictRecord.node_id)

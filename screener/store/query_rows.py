@@ -127,6 +127,7 @@ class RunDetail:
     peer_read_median_mb_s: float | None
     nodes: tuple[RunNodeRow, ...]
     mode: str | None = None  # a sweep's mode: "dry run, deep, config /etc/x.toml"
+    rollout: str | None = None  # dry run and shadow rules in force: rollout(policy) below
 
 
 def is_slow(status: Status) -> bool:

@@ -143,7 +143,25 @@ def run_detail(store: Store, run_id: int) -> RunDetail:
     )
     header: RunRow = run_row(run, counts)
     mode = sweep_mode(run.policy)
-    return RunDetail(header, run.guard_reason, run.peer_read_median_mb_s, nodes, mode)
+    return RunDetail(
+        header, run.guard_reason, run.peer_read_median_mb_s, nodes, mode, rollout(run.policy)
+    )
+
+
+def rollout(policy: Any) -> str | None:
+    """How cautiously a run acted, from the policy stored with it: a whole-site dry run
+    ([slurm] dry_run, or a sweep's --dry-run) and the rules in shadow ([verdict] shadow);
+    None when every rule decided and drains were live."""
+    if not isinstance(policy, dict):
+        return None
+    slurm, verdict, mode = (policy.get(k) for k in ("slurm", "verdict", "sweep_mode"))
+    dry = any(isinstance(d, dict) and d.get("dry_run") for d in (slurm, mode))
+    shadow = verdict.get("shadow") if isinstance(verdict, dict) else None
+    parts = ["dry run: decided and recorded, nobody drained nor resumed"] if dry else []
+    if isinstance(shadow, list) and shadow:
+        names = ", ".join(str(n) for n in shadow)
+        parts.append(f"shadow rules {names}: recorded ('would have drained'), never drain")
+    return "; ".join(parts) or None
 
 
 def sweep_mode(policy: Any) -> str | None:
@@ -191,3 +209,49 @@ def probe_duration_buckets(
     if not row[1]:
         return after_id, [0] * len(bounds), 0, 0.0
     return int(row[0]), [int(c or 0) for c in row[3:]], int(row[1]), float(row[2] or 0.0)
+
+
+def last_finished(store: Store) -> dict[tuple[str, str], datetime]:
+    """When the newest finished run of each (trigger, status) ended: the exporter's
+    ``screener_last_run_timestamp_seconds`` (did last night's sweep finish, or fail?)."""
+    r = RunRecord
+    with store.reading("read the last finished runs") as conn:
+        rows = conn.execute(
+            select(r.trigger, r.status, func.max(r.finished_at))
+            .where(r.finished_at.is_not(None))
+            .group_by(r.trigger, r.status)
+        ).all()
+    return {(t, s): aware(at, "finished_at") for t, s, at in rows if at is not None}
+
+
+def run_walls(store: Store, trigger: Trigger, since: datetime) -> list[float]:
+    """Wall seconds (finish - start) of the finished ``trigger`` runs started since
+    ``since`` (a range scan of the start-time index)."""
+    r = RunRecord
+    with store.reading(f"read {trigger.value} run walls") as conn:
+        rows = conn.execute(
+            select(r.started_at, r.finished_at).where(
+                r.trigger == trigger.value,
+                r.started_at >= aware(since, "since"),
+                r.finished_at.is_not(None),
+            )
+        ).all()
+    return [(end - start).total_seconds() for start, end in rows if end is not None]
+
+
+def sweep_reach(store: Store) -> tuple[datetime | None, dict[str, datetime]]:
+    """When the first sweep started (None: never), and per node when its newest sweep
+    verdict's run started: which nodes the sweeps reach, and how long ago. One grouped
+    scan of the sweeps' verdicts (the sweep runs it once a night)."""
+    v, r = VerdictRecord, RunRecord
+    with store.reading("read when the sweeps last reached each node") as conn:
+        first = conn.scalar(select(func.min(r.started_at)).where(r.trigger == Trigger.SWEEP.value))
+        rows = conn.execute(
+            select(NodeRecord.name, func.max(v.started_at))
+            .join(NodeRecord, NodeRecord.id == v.node_id)
+            .join(r, r.id == v.run_id)
+            .where(r.trigger == Trigger.SWEEP.value)
+            .group_by(NodeRecord.name)
+        ).all()
+    last = {name: aware(at, "started_at") for name, at in rows if at is not None}
+    return (None if first is None else aware(first, "started_at")), last

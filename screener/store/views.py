@@ -196,6 +196,7 @@ class NodeColumns:
     read_p99_ms: Sequence[float | None]
     last_probe_at: Sequence[datetime | None]
     drained_by_screener: Sequence[bool]
+    drained_at: Sequence[datetime | None] = ()  # when screener drained it (None: not drained)
 
 
 _FIGURES = ("status", "read_mb_s", "write_mb_s", "ratio", "read_p99_ms", "started_at")
@@ -206,12 +207,21 @@ def node_columns(store: Store) -> NodeColumns:
     drain state as ``node_overview``, only the columns it exports, transposed to columns
     (a scrape of 10,000 nodes spends its time here and in rendering, docs/performance.md)."""
     with store.reading("read the nodes' latest figures") as conn:
-        rows = _latest_rows(conn, _FIGURES, ("action",))
+        rows = _latest_rows(conn, _FIGURES, ("action", "at"))
     if not rows:
         return NodeColumns((), (), (), (), (), (), (), ())
-    node, status, read, write, ratio, p99, started, action = zip(*rows, strict=True)
+    node, status, read, write, ratio, p99, started, action, at = zip(*rows, strict=True)
+    drained = [a == "drain" for a in action]
     return NodeColumns(
-        node, status, read, write, ratio, p99, started, [a == "drain" for a in action]
+        node,
+        status,
+        read,
+        write,
+        ratio,
+        p99,
+        started,
+        drained,
+        [t if d else None for t, d in zip(at, drained, strict=True)],
     )
 
 

@@ -37,6 +37,7 @@ from screener.verdict.rules import (
     tail_signals,
     tail_stats,
 )
+from screener.verdict.shadow import shadowed
 
 __all__ = ["MIN_HISTORY", "SLOW", "confirm", "evaluate", "fact_drift", "fact_problems"]
 __all__ += ["is_suspect", "peer_stats", "references", "suspects"]
@@ -218,10 +219,11 @@ def evaluate(
     verdicts: dict[str, Verdict] = {}
     for p in probes:
         if not p.usable:
-            verdicts[p.node] = _failure(p, policy)
+            verdicts[p.node] = shadowed(_failure(p, policy), policy.shadow)
         else:
             hist = history.get(p.node, ())
-            verdicts[p.node] = _judge(p, peers, hist, drift.get(p.node, []), policy)
+            judged = _judge(p, peers, hist, drift.get(p.node, []), policy)
+            verdicts[p.node] = shadowed(judged, policy.shadow)
     if len(usable) < policy.min_peers:
         shared_reason = _small_allocation(verdicts, len(usable), peers, policy)
     else:
