@@ -114,6 +114,12 @@ class SlurmPolicy:
     max_drain_fraction: float = 0.34  # of one allocation/sweep; beyond it nobody is drained
     partition_max_drain_fraction: float = 0.2  # of a partition's nodes within the window
     partition_window_s: float = 3600.0
+    # Small allocations (issue 27): the allocation-fraction guard speaks only for allocations
+    # of at least this many nodes; below, the partition's recent figures decide (hooks/
+    # fleet_guard.py): other nodes probed within fleet_window_s, at least fleet_min_nodes.
+    guard_min_allocation: int = 4
+    fleet_window_s: float = 900.0
+    fleet_min_nodes: int = 3
 
 
 @dataclass(frozen=True)
@@ -332,6 +338,9 @@ _BOUNDS: dict[str, tuple[float, float, bool]] = {
     "slurm.max_drain_fraction": (0, 1, True),
     "slurm.partition_max_drain_fraction": (0, 1, True),
     "slurm.partition_window_s": (0, _YEAR, False),
+    "slurm.guard_min_allocation": (1, _COUNT, False),
+    "slurm.fleet_window_s": (1, _YEAR, False),
+    "slurm.fleet_min_nodes": (1, _COUNT, False),
     "prolog.budget_s": (1, _DAY, False),
     "prolog.fresh_s": (0, _YEAR, False),
     "prolog.flaky_window_s": (0, _YEAR, False),

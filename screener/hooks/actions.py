@@ -24,8 +24,10 @@ from screener.hooks.decide import (
     plan_drains,
     settle_intent,
 )
+from screener.hooks.fleet_guard import FleetFigures, FleetView, fleet_view
 from screener.hostlist import fold_nodes
 from screener.policy import Policy
+from screener.probe.fio import recipe_fingerprint
 from screener.probe_data import RunSummary, Trigger
 from screener.slurm.client import SlurmClient, SlurmNode
 from screener.store.locks import actions_lock
@@ -54,19 +56,26 @@ def decide_drains(
     records: SlurmRecords | None,
     policy: Policy,
     now: datetime,
+    allocated: Sequence[str] = (),
 ) -> DrainPlan:
     """The drain plan for a run: drainable verdicts, reasons, then the mass-drain guard over
     the distinct partition nodes screener drained within the window; a shared cause and
-    the nodes it absolved ride along so apply_drains records them."""
+    the nodes it absolved ride along so apply_drains records them. A small allocation
+    (``allocated``, fewer than ``guard_min_allocation``) is judged on the fleet's figures."""
     slow = [
         (v.node, drain_reason(policy.slurm.tag, v, summary.peer_read_median_mb_s, run_id))
         for v in drainable(summary, policy.verdict.confirm)
     ]
     recent: set[str] = set()
+    fleet = None
     if slow and records is not None and partition_nodes:
         since = now - timedelta(seconds=policy.slurm.partition_window_s)
         recent = records.drains_since(partition_nodes, since)
-    plan = plan_drains(slow, allocation, len(partition_nodes), recent, policy.slurm)
+        if allocated and len(allocated) < policy.slurm.guard_min_allocation:
+            fleet = _fleet(records, partition_nodes, policy, now)
+    plan = plan_drains(
+        slow, allocation, len(partition_nodes), recent, policy.slurm, fleet, allocated
+    )
     if not summary.shared_cause:
         return plan
     return replace(
@@ -74,6 +83,23 @@ def decide_drains(
         shared_cause=summary.shared_cause_reason or "shared cause",
         absolved=tuple(absolved(summary)),
     )
+
+
+def _fleet(
+    records: SlurmRecords, partition_nodes: Sequence[str], policy: Policy, now: datetime
+) -> FleetView:
+    """The partition's figures of the last ``fleet_window_s`` against its baselines."""
+    window = policy.slurm.fleet_window_s
+    vp = policy.verdict
+    since = now - timedelta(days=vp.history_max_age_days) if vp.history_max_age_days else None
+    figures = FleetFigures(
+        now_read=records.newest_reads(partition_nodes, now - timedelta(seconds=window)),
+        usual_read=records.store.read_histories(
+            partition_nodes, vp.history_runs, recipe_fingerprint(policy.probe), since
+        ),
+        window_s=window,
+    )
+    return fleet_view(figures, vp.history_drop)
 
 
 def apply_drains(
@@ -118,6 +144,8 @@ def _drain_all(
     log: Log,
 ) -> list[str]:
     store = records.store if records is not None else None
+    if plan.basis:
+        log(plan.basis)
     _record_shared_cause(plan, records, run_id, now, log)
     if plan.guard is not None:
         log(plan.guard)

@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from screener.hooks.fleet_guard import FleetView, judge_small
 from screener.hostlist import fold_nodes
 from screener.policy import PrologPolicy, SlurmPolicy
 from screener.probe_data import RunSummary, Status, Verdict
@@ -107,6 +108,7 @@ class DrainPlan:
     blocked: tuple[str, ...] = ()  # nodes the guard kept from being drained
     shared_cause: str | None = None  # the run's shared-cause reason, if it found one
     absolved: tuple[str, ...] = ()  # slow nodes the shared cause explained (not drained)
+    basis: str | None = None  # which evidence judged a small allocation (the fleet line)
 
 
 def plan_drains(
@@ -115,6 +117,8 @@ def plan_drains(
     partition: int,
     recent_drained: Set[str],
     policy: SlurmPolicy,
+    fleet: FleetView | None = None,
+    allocated: Sequence[str] = (),
 ) -> DrainPlan:
     """Apply the mass-drain guard to ``slow`` (node, reason) pairs.
 
@@ -123,12 +127,23 @@ def plan_drains(
     partition's nodes) plus the new ones exceed ``partition_max_drain_fraction``: beyond
     either limit drain nobody (a shared cause is likelier than many bad nodes at once).
     A node drained before, resumed and slow again counts once: it is drained again.
+
+    An allocation smaller than ``guard_min_allocation`` is no evidence of a shared cause
+    (1 of 1 slow says nothing): with ``fleet`` (the partition's recent figures) the fleet
+    judges instead, over the same fraction; the partition guard applies either way.
     """
     if not slow:
         return DrainPlan()
     names = tuple(n for n, _ in slow)
     n = len(slow)
-    if allocation > 0 and n / allocation > policy.max_drain_fraction:
+    basis = None
+    if fleet is not None and allocation < policy.guard_min_allocation:
+        hold, basis = judge_small(
+            names, allocated, fleet, policy.max_drain_fraction, policy.fleet_min_nodes
+        )
+        if hold:
+            return DrainPlan(guard=f"guard: {basis}", blocked=names)
+    elif allocation > 0 and n / allocation > policy.max_drain_fraction:
         why = (
             f"guard: {n} of {allocation} allocated nodes slow "
             f"(> {policy.max_drain_fraction:g}): shared cause suspected, nobody drained"
@@ -141,8 +156,8 @@ def plan_drains(
             f"{policy.partition_window_s:g}s (> {policy.partition_max_drain_fraction:g}): "
             f"{_counted(recent_drained, names)}: nobody drained"
         )
-        return DrainPlan(guard=why, blocked=names)
-    return DrainPlan(drain=tuple(slow))
+        return DrainPlan(guard=why, blocked=names, basis=basis)
+    return DrainPlan(drain=tuple(slow), basis=basis)
 
 
 def _counted(recent: Set[str], new: Sequence[str]) -> str:

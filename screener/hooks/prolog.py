@@ -252,7 +252,14 @@ def _act(
     # SIGTERM held, so a drain and its record go together (PrologEpilogTimeout).
     with actions.acting(records):
         plan = actions.decide_drains(
-            result.summary, result.run_id, len(job.nodes), partition, records, policy, now
+            result.summary,
+            result.run_id,
+            len(job.nodes),
+            partition,
+            records,
+            policy,
+            now,
+            allocated=job.nodes,
         )
         with _deferred_sigterm():
             drained = actions.apply_drains(

@@ -15,7 +15,9 @@ from screener.store.drain_intents import DrainIntents, PendingDrain, open_episod
 from screener.store.tables import (
     EpisodeRecord,
     EventRecord,
+    NodeProbeRecord,
     NodeRecord,
+    ProbeJobRecord,
     RunRecord,
     VerdictRecord,
 )
@@ -194,6 +196,37 @@ class SlurmRecords(DrainIntents):
                 )
             ).all()
         return {r.name for r in rows}
+
+    def newest_reads(self, nodes: Sequence[str], since: datetime) -> dict[str, float]:
+        """Each node's newest seq-read figure (bytes/s) of a probe round in a run started at or
+        after ``since``, finished or not: concurrent prologs store round 1 before they judge,
+        so the fleet guard sees what they measured (hooks/fleet_guard.py)."""
+        if not nodes:
+            return {}
+        with self.store.reading("read the fleet's newest figures") as conn:
+            rows = conn.execute(
+                select(NodeRecord.name, ProbeJobRecord.bw_bytes)
+                .join(NodeProbeRecord, NodeProbeRecord.node_id == NodeRecord.id)
+                .join(RunRecord, RunRecord.id == NodeProbeRecord.run_id)
+                .join(ProbeJobRecord, ProbeJobRecord.node_probe_id == NodeProbeRecord.id)
+                .where(
+                    NodeRecord.name.in_(list(nodes)),
+                    RunRecord.started_at >= aware(since, "since"),
+                    ProbeJobRecord.kind == "seq_read",
+                    ProbeJobRecord.error == 0,
+                    NodeProbeRecord.error.is_(None),
+                )
+                .order_by(
+                    NodeRecord.name,
+                    RunRecord.started_at.desc(),
+                    RunRecord.id.desc(),
+                    NodeProbeRecord.round.desc(),
+                )
+            ).all()
+        out: dict[str, float] = {}
+        for r in rows:
+            out.setdefault(r.name, float(r.bw_bytes))
+        return out
 
     def set_guard_reason(self, run_id: int, reason: str) -> None:
         """Mark a run whose drains the mass-drain guard stopped."""
