@@ -110,3 +110,25 @@ def test_newest_reads_see_unfinished_runs_newest_round_first(db_store: Store) ->
     wider = records.newest_reads(["node01", "node02"], at(1) - timedelta(hours=2))
     assert wider["node02"] == p.seq_read.bw_bytes and wider["node01"] == 5e7
     assert records.newest_reads([], at(0)) == {}
+
+
+def test_in_job_attribution_of_a_small_job_says_too_few_nodes_not_none() -> None:
+    """1-2 node jobs: the epilog says it could not compare, never `in-job slow: none`."""
+    from screener.hooks.epilog_ingest import ingested_line
+    from screener.hooks.injob import MIN_COMPARED, NodeJobIo, compared, outliers
+    from screener.ingest.judge import JobFigures
+    from screener.ingest.service import Ingested
+
+    note = "2 nodes, fewer than verdict.min_peers=4: no outlier judgement"
+    line = ingested_line(Ingested("5", JobFigures((), (), (note,)), "block", 3), "comment")
+    assert line.endswith(
+        "in-job slow: too few nodes to compare (2 nodes, fewer than verdict.min_peers=4)"
+    )
+    io = {
+        n: NodeJobIo(n, r_await_ms=ms, rkb_s=1e5, util_pct=50, samples=4)
+        for n, ms in (("node01", 2.0), ("node02", 90.0))
+    }
+    assert outliers(io, 4.0, 10.0) == {} and compared(io) == 2 < MIN_COMPARED
+    io["node03"] = NodeJobIo("node03", r_await_ms=2.5, rkb_s=1e5, util_pct=50, samples=4)
+    assert compared(io) == MIN_COMPARED and list(outliers(io, 4.0, 10.0)) == ["node02"]
+    assert compared(io, min_samples=5) == 0

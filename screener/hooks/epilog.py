@@ -22,9 +22,11 @@ from screener.hooks.decide import selects
 from screener.hooks.epilog_ingest import ingest_after_job
 from screener.hooks.hooklog import HookLog
 from screener.hooks.injob import (
+    MIN_COMPARED,
     NOT_BEGUN,
     NOT_OURS,
     NOT_STARTED,
+    compared,
     outliers,
     stop_argv,
     summarize,
@@ -159,7 +161,14 @@ def _store(policy: Policy, job_id: str, probes: list[NodeProbe], log: HookLog) -
             records.open_episode(node, Trigger.JOB, now, reason, run_id, job_id)
             log(f"{node}: in-job slow episode: {reason}")
         store.finish_run(run_id, datetime.now(UTC), "done")
+        judged = compared(figures, policy.ingest.min_iostat_samples)
+        found = (
+            f"{len(slow)} outlier(s)"
+            if judged >= MIN_COMPARED
+            else f"too few nodes to compare: {judged} read in >= "
+            f"{policy.ingest.min_iostat_samples} intervals, {MIN_COMPARED} needed"
+        )
         log(
             f"job {job_id}: in-job iostat stored as run {run_id} "
-            f"({sum(len(p.iostat) for p in probes)} samples, {len(slow)} outlier(s))"
+            f"({sum(len(p.iostat) for p in probes)} samples, {found})"
         )

@@ -159,7 +159,10 @@ def ingest_after_job(
 def ingested_line(done: Ingested, why: str) -> str:
     """The epilog's line for an ingest: where from, the in-job slow nodes, and which phases
     were too short to judge (so "none" is not read as "all judged fine")."""
-    slow = ", ".join(s.node for s in done.figures.slow) or "none"
+    few = next((n for n in done.figures.notes if "no outlier judgement" in n), None)
+    slow = ", ".join(s.node for s in done.figures.slow) or (
+        f"too few nodes to compare ({few.split(':')[0]})" if few else "none"
+    )
     short = "".join(f"; {n.split(':')[0]}" for n in done.figures.notes if TOO_SHORT in n)
     return (
         f"job {done.job_id}: ingested ({why}) as ingest {done.ingest_id}; "

@@ -115,6 +115,14 @@ def summarize(node: str, samples: Sequence[IostatSample]) -> NodeJobIo | None:
     )
 
 
+MIN_COMPARED = 3  # nodes that read in enough intervals: no median of two
+
+
+def compared(figures: Mapping[str, NodeJobIo], min_samples: int = 1) -> int:
+    """How many nodes ``outliers`` would judge (they read in ``min_samples`` intervals)."""
+    return sum(1 for f in figures.values() if f.samples >= min_samples)
+
+
 def outliers(
     figures: Mapping[str, NodeJobIo], factor: float, floor_ms: float, min_samples: int = 1
 ) -> dict[str, str]:
@@ -122,7 +130,7 @@ def outliers(
     node -> reason. Only nodes that read in at least ``min_samples`` intervals are judged
     (one noisy interval is no evidence), and at least 3 of them (no median of two)."""
     figures = {n: f for n, f in figures.items() if f.samples >= min_samples}
-    if len(figures) < 3:
+    if len(figures) < MIN_COMPARED:
         return {}
     median = statistics.median(f.r_await_ms for f in figures.values())
     limit = max(floor_ms, factor * median)
