@@ -120,6 +120,7 @@ class SlurmPolicy:
     guard_min_allocation: int = 4
     fleet_window_s: float = 900.0
     fleet_min_nodes: int = 3
+    fleet_wait_s: float = 10.0  # for concurrent runs' first rounds (bursts), within the budget
 
 
 @dataclass(frozen=True)
@@ -341,6 +342,7 @@ _BOUNDS: dict[str, tuple[float, float, bool]] = {
     "slurm.guard_min_allocation": (1, _COUNT, False),
     "slurm.fleet_window_s": (1, _YEAR, False),
     "slurm.fleet_min_nodes": (1, _COUNT, False),
+    "slurm.fleet_wait_s": (0, 3600, False),
     "prolog.budget_s": (1, _DAY, False),
     "prolog.fresh_s": (0, _YEAR, False),
     "prolog.flaky_window_s": (0, _YEAR, False),

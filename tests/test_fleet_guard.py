@@ -132,3 +132,21 @@ def test_in_job_attribution_of_a_small_job_says_too_few_nodes_not_none() -> None
     io["node03"] = NodeJobIo("node03", r_await_ms=2.5, rkb_s=1e5, util_pct=50, samples=4)
     assert compared(io) == MIN_COMPARED and list(outliers(io, 4.0, 10.0)) == ["node02"]
     assert compared(io, min_samples=5) == 0
+
+
+def test_unprobed_in_flight_names_what_concurrent_runs_have_not_stored(db_store: Store) -> None:
+    records = SlurmRecords(db_store)
+    other = db_store.start_run(Trigger.PROLOG, ["node01", "node02"], {}, "8", "node[01-02]", at(1))
+    own = db_store.start_run(Trigger.PROLOG, ["node03"], {}, "9", "node03", at(1))
+    everyone = ["node01", "node02", "node03", "node04"]
+    assert records.unprobed_in_flight(everyone, at(0.5), own) == {"node01", "node02"}
+    db_store.record_probe(other, full_probe("node01"), 1)
+    assert records.unprobed_in_flight(everyone, at(0.5), own) == {"node02"}
+    assert records.unprobed_in_flight(["node01"], at(0.5), own) == set()  # partition only
+    assert records.unprobed_in_flight(everyone, at(1.5), own) == set()  # older than the window
+    db_store.record_probe(other, error_probe("node02"), 1)  # a failed probe is a stored round
+    assert records.unprobed_in_flight(everyone, at(0.5), own) == set()
+    late = db_store.start_run(Trigger.PROLOG, ["node04"], {}, "10", "node04", at(1))
+    db_store.finish_run(late, at(1.1), "failed")  # a run that ended stores nothing more
+    assert records.unprobed_in_flight(everyone, at(0.5), own) == set()
+    assert records.unprobed_in_flight(everyone, at(0.5), None) == {"node03"}

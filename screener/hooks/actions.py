@@ -10,6 +10,7 @@ drain or resume the same node twice, nor settle an intent another run is carryin
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
@@ -100,6 +101,34 @@ def _fleet(
         window_s=window,
     )
     return fleet_view(figures, vp.history_drop)
+
+
+def await_fleet(
+    records: SlurmRecords,
+    partition_nodes: Sequence[str],
+    run_id: int | None,
+    policy: Policy,
+    now: datetime,
+    wait_s: float,
+    log: Log,
+) -> None:
+    """Before a small allocation is judged on the fleet: wait (at most ``wait_s``) until the
+    runs in progress on the partition's nodes stored their first round, so a burst of
+    prologs weighs each other's figures, not the healthy ones from before. Not under the
+    actions lock: those runs need it to start. A store error ends the wait."""
+    since = now - timedelta(seconds=policy.slurm.fleet_window_s)
+    deadline = time.monotonic() + wait_s
+    try:
+        while pending := records.unprobed_in_flight(partition_nodes, since, run_id):
+            if time.monotonic() >= deadline:
+                log(
+                    f"fleet: {fold_nodes(pending)} still being probed after {wait_s:.1f}s: "
+                    "judged without their figures"
+                )
+                return
+            time.sleep(0.2)  # polling the store: the other runs write there, not to us
+    except StoreError as exc:
+        log(f"fleet: runs in progress not read ({exc}): judged without their figures")
 
 
 def apply_drains(

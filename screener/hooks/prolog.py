@@ -189,7 +189,8 @@ def _screen_job(
     outcome: list[int] = []
 
     async def after(transport: Transport, result: ScreenResult) -> None:
-        outcome.append(_act(policy, job, client, records, result, log))
+        left = pp.budget_s - (time.monotonic() - t0) - DECIDE_RESERVE_S
+        outcome.append(_act(policy, job, client, records, result, log, left))
         if outcome[0] == 0 and pp.iostat:
             await _start_iostat(transport, job, result, policy, log)
 
@@ -224,8 +225,11 @@ def _act(
     records: SlurmRecords | None,
     result: ScreenResult,
     log: HookLog,
+    left_s: float = 0.0,
 ) -> int:
-    """Log the verdicts, then drain (guarded) what the stored run found slow: the exit code."""
+    """Log the verdicts, then drain (guarded) what the stored run found slow: the exit code.
+    A small allocation waits (at most ``fleet_wait_s`` and ``left_s``) for concurrent runs'
+    first rounds before the fleet judges it."""
     from screener.hooks import actions
     from screener.probe_data import Trigger
 
@@ -248,6 +252,9 @@ def _act(
         if todo
         else []
     )
+    if todo and len(job.nodes) < policy.slurm.guard_min_allocation:
+        wait = max(0.0, min(policy.slurm.fleet_wait_s, left_s))
+        actions.await_fleet(records, partition, result.run_id, policy, now, wait, log)
     # Under the actions lock, so the partition guard counts concurrent prologs' drains; with
     # SIGTERM held, so a drain and its record go together (PrologEpilogTimeout).
     with actions.acting(records):

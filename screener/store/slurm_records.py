@@ -8,6 +8,8 @@ from datetime import datetime
 
 from sqlalchemy import insert, or_, select, update
 
+from screener.errors import ConfigError
+from screener.hostlist import expand_nodeset
 from screener.probe_data import Status, Trigger
 from screener.store import convert
 from screener.store.base import aware, ensure_nodes
@@ -226,6 +228,40 @@ class SlurmRecords(DrainIntents):
         out: dict[str, float] = {}
         for r in rows:
             out.setdefault(r.name, float(r.bw_bytes))
+        return out
+
+    def unprobed_in_flight(
+        self, nodes: Sequence[str], since: datetime, exclude_run: int | None
+    ) -> set[str]:
+        """Which of ``nodes`` a run still in progress (started at or after ``since``, not
+        ``exclude_run``) covers but has not stored a probe round of yet: concurrent prologs
+        whose first figures the fleet guard should wait for."""
+        wanted = set(nodes)
+        if not wanted:
+            return set()
+        with self.store.reading("read the runs in progress") as conn:
+            runs = conn.execute(
+                select(RunRecord.id, RunRecord.nodeset).where(
+                    RunRecord.status == "running",
+                    RunRecord.started_at >= aware(since, "since"),
+                    RunRecord.id != (exclude_run if exclude_run is not None else -1),
+                )
+            ).all()
+            if not runs:
+                return set()
+            probed = conn.execute(
+                select(NodeProbeRecord.run_id, NodeRecord.name)
+                .join(NodeRecord, NodeRecord.id == NodeProbeRecord.node_id)
+                .where(NodeProbeRecord.run_id.in_([r.id for r in runs]))
+            ).all()
+        done = {(r.run_id, r.name) for r in probed}
+        out: set[str] = set()
+        for r in runs:
+            try:
+                covered = expand_nodeset(r.nodeset)
+            except ConfigError:
+                continue  # a nodeset this version cannot read: no wait for it
+            out |= {n for n in covered if n in wanted and (r.id, n) not in done}
         return out
 
     def set_guard_reason(self, run_id: int, reason: str) -> None:
