@@ -19,7 +19,13 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("errors", ("screener", "screener.errors")),
     (
         "foundation",
-        ("screener.probe_data", "screener.hostlist", "screener.process", "screener.slurm.client"),
+        (
+            "screener.probe_data",
+            "screener.hostlist",
+            "screener.process",
+            "screener.slurm.client",
+            "screener.units",
+        ),
     ),
     ("configuration", ("screener.policy",)),
     ("pure deciders", ("screener.probe", "screener.verdict", "screener.steady")),

@@ -51,9 +51,12 @@ def test_job_shows_throughput_as_bandwidth(tmp_path: Path) -> None:
     assert not DURATION.search(shown.stdout), shown.stdout
     as_json = cli(env, "job", "9001", "--json")
     first = json.loads(as_json.stdout)[0]
-    expected = terminal._cell(first["throughput_bytes_s"], "throughput_bytes_s")
+    expected = terminal._cell(first["throughput_bytes_s"], FIELDS["throughput_bytes_s"])
     assert expected == f"{first['throughput_bytes_s'] / 1e6:,.1f}"
     assert expected in shown.stdout
+
+
+FIELDS = {f.name: f for c in ROW_CLASSES for f in dataclasses.fields(c)}
 
 
 @pytest.mark.parametrize(
@@ -64,11 +67,20 @@ def test_job_shows_throughput_as_bandwidth(tmp_path: Path) -> None:
         ("write_mb_s", 12.5, "12.5"),
         ("age_s", 7200.0, "2h00m"),
         ("ttr_max_s", 3 * 86400.0 + 3600, "3d01h"),
-        ("seconds", 0.5, "0.50"),
+        ("seconds", 0.5, "0.50s"),
+        ("read_p99_ms", 31.04, "31.0"),
+        ("ratio", 5.904, "5.90"),
     ],
 )
-def test_cells_use_the_declared_unit(name: str, value: float, shown: str) -> None:
-    assert terminal._cell(value, name) == shown
+def test_cells_use_the_unit_their_field_declares(name: str, value: float, shown: str) -> None:
+    assert terminal._cell(value, FIELDS[name]) == shown
+
+
+def test_headers_carry_the_declared_unit() -> None:
+    assert terminal.header(FIELDS["read_mb_s"]) == "read MB/s"
+    assert terminal.header(FIELDS["throughput_bytes_s"]) == "throughput MB/s"
+    assert terminal.header(FIELDS["read_p99_ms"]) == "read p99 ms"
+    assert terminal.header(FIELDS["age_s"]) == "age"
 
 
 def test_every_row_column_named_like_a_unit_declares_one() -> None:
@@ -78,6 +90,6 @@ def test_every_row_column_named_like_a_unit_declares_one() -> None:
         f"{c.__name__}.{f.name}"
         for c in ROW_CLASSES
         for f in dataclasses.fields(c)
-        if f.name.endswith("_s") and f.name not in terminal.COLUMN_UNITS
+        if f.name.endswith(("_s", "_ms", "_iops", "ratio", "rate")) and "unit" not in f.metadata
     ]
     assert undeclared == []

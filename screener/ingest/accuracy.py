@@ -16,12 +16,13 @@ of each node the job ran on, and classifies every node:
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from screener.ingest.judge import TOO_SHORT
 from screener.probe_data import Status
 from screener.store.jobs import InJobRow, PrologRow
+from screener.units import unit
 
 _SLOW = (Status.SLOW_READ, Status.SLOW_WRITE)
 CLASSES = ("miss", "stayed_ok", "caught", "confirmed", "false_alarm", "unscreened", "not_judged")
@@ -55,7 +56,7 @@ class AccuracyRow:
     passed: int  # nodes screened OK and judged in the job (misses + stayed_ok)
     misses: int
     stayed_ok: int
-    miss_rate: float | None  # misses / passed
+    miss_rate: float | None = field(metadata=unit("ratio", "miss rate"))  # misses / passed
     caught: int  # drained before the job: in-job speed unknowable
     confirmed: int
     false_alarms: int

@@ -18,10 +18,11 @@ promote it (docs/detection.md, "Shadow mode per rule").
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from screener.policy import RULE_NAMES
 from screener.store.jobs import InJobRow, PrologRow
+from screener.units import unit
 from screener.verdict.shadow import fired
 
 
@@ -36,7 +37,9 @@ class RuleRow:
     false_alarms: int
     misses: int
     drained: int
-    precision: float | None  # caught / (caught + false_alarms)
+    precision: float | None = field(
+        metadata=unit("ratio", "precision")
+    )  # caught / (caught + false_alarms)
 
 
 def by_rule(

@@ -19,6 +19,7 @@ from rich.table import Table
 
 from screener.pipeline import NodeDone, ScreenResult
 from screener.probe_data import NodeProbe, Status, Verdict
+from screener.units import unit_of
 
 _STYLE = {
     Status.OK: "green",
@@ -113,32 +114,40 @@ def duration(seconds: float) -> str:
     return f"{s // 86400}d{s % 86400 // 3600:02d}h"
 
 
-def _mb_s(value: float) -> str:
-    return f"{value:,.1f}"
+def _seconds(value: float) -> str:
+    """A phase length (sub-second matters) or an age (minutes and days matter)."""
+    return f"{value:.2f}s" if value < 10 else duration(value)
 
 
-# Columns whose numbers carry a unit, declared by field name: (table header, formatter).
-# Never guessed from the name: "*_s" read as seconds showed throughput_bytes_s as
-# "53226d13h" and read_mb_s as "50m". Other numbers print as plain figures.
-COLUMN_UNITS: dict[str, tuple[str, Callable[[float], str]]] = {
-    "age_s": ("age", duration),
-    "ttr_median_s": ("ttr_median", duration),
-    "ttr_max_s": ("ttr_max", duration),
-    "read_mb_s": ("read MB/s", _mb_s),
-    "write_mb_s": ("write MB/s", _mb_s),
-    "peer_read_median_mb_s": ("peer read median MB/s", _mb_s),
-    "throughput_bytes_s": ("throughput MB/s", lambda v: _mb_s(v / 1e6)),
+# How a declared unit (screener/units.py) prints in a human table: (header suffix, format).
+# The unit is declared on the row field; nothing is guessed from a column's name.
+FORMATS: dict[str, tuple[str, Callable[[float], str]]] = {
+    "MB/s": ("MB/s", lambda v: f"{v:,.1f}"),
+    "bytes/s": ("MB/s", lambda v: f"{v / 1e6:,.1f}"),  # shown in MB/s, stored in bytes/s
+    "s": ("", _seconds),
+    "ms": ("ms", lambda v: f"{v:,.1f}"),
+    "IOPS": ("IOPS", lambda v: f"{v:,.0f}"),
+    "ratio": ("", lambda v: f"{v:,.2f}"),
+    "count": ("", lambda v: f"{v:,.0f}"),
+    "bytes": ("", lambda v: f"{v:,.0f}"),
 }
 
 
-def _cell(value: object, name: str = "") -> str:
+def header(f: dataclasses.Field[Any]) -> str:
+    """A column's title: the declared header and the unit it prints in."""
+    kind, title = unit_of(f)
+    suffix = FORMATS[kind][0] if kind else ""
+    return f"{title} {suffix}" if suffix else title
+
+
+def _cell(value: object, f: dataclasses.Field[Any] | None = None) -> str:
     if value is None:
         return "-"
     if isinstance(value, bool):
         return "yes" if value else "no"
-    unit = COLUMN_UNITS.get(name)
-    if unit is not None and isinstance(value, int | float):
-        return unit[1](float(value))
+    kind = unit_of(f)[0] if f is not None else None
+    if kind is not None and isinstance(value, int | float):
+        return FORMATS[kind][1](float(value))
     if isinstance(value, tuple):
         return ",".join(str(v) for v in value) or "-"
     if isinstance(value, float):
@@ -156,11 +165,11 @@ def rows_table(title: str, rows: Sequence[object]) -> Table:
     if not rows:
         table.add_column("(no rows)")
         return table
-    names = [f.name for f in dataclasses.fields(rows[0])]  # type: ignore[arg-type]
-    for name in names:
-        table.add_column(COLUMN_UNITS[name][0] if name in COLUMN_UNITS else name, overflow="fold")
+    fields = dataclasses.fields(rows[0])  # type: ignore[arg-type]
+    for f in fields:
+        table.add_column(header(f), overflow="fold")
     for row in rows:
-        table.add_row(*(_cell(getattr(row, n), n) for n in names))
+        table.add_row(*(_cell(getattr(row, f.name), f) for f in fields))
     return table
 
 

@@ -8,7 +8,7 @@ transaction: an ingest is all stored or not at all.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from sqlalchemy import delete, insert, select
@@ -28,6 +28,7 @@ from screener.store.tables import (
     RunRecord,
     VerdictRecord,
 )
+from screener.units import unit
 
 # Reason prefix of the episodes ingest writes (SlowNode reasons start with it), so a
 # --replace removes only those, never another writer's trigger-"job" episodes (the
@@ -56,10 +57,10 @@ class ResultRow:
     phase: str
     iteration: int
     ranks: int
-    bytes: int
-    seconds: float
-    throughput_bytes_s: float
-    ratio: float | None
+    bytes: int = field(metadata=unit("bytes", "bytes"))
+    seconds: float = field(metadata=unit("s", "seconds"))
+    throughput_bytes_s: float = field(metadata=unit("bytes/s", "throughput"))
+    ratio: float | None = field(metadata=unit("ratio", "ratio"))
     z: float | None
     outlier: bool
     source: str

@@ -3,10 +3,11 @@ the pure counting behind the "flaky nodes" view."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from screener.probe_data import Status, Trigger
+from screener.units import unit
 
 
 @dataclass(frozen=True)
@@ -40,11 +41,11 @@ class NodeHistoryRow:
     job_id: str | None
     status: Status
     reason: str
-    read_mb_s: float | None
-    write_mb_s: float | None
-    ratio: float | None
+    read_mb_s: float | None = field(metadata=unit("MB/s", "read"))
+    write_mb_s: float | None = field(metadata=unit("MB/s", "write"))
+    ratio: float | None = field(metadata=unit("ratio", "w/r"))
     confirmed: bool
-    read_p99_ms: float | None = None
+    read_p99_ms: float | None = field(default=None, metadata=unit("ms", "read p99"))
     signals: tuple[str, ...] = ()
 
 
@@ -68,12 +69,12 @@ class NodeRow:
     status: Status | None  # None: never judged (only events so far)
     reason: str
     run_id: int | None
-    read_mb_s: float | None
-    write_mb_s: float | None
-    ratio: float | None
-    read_p99_ms: float | None
+    read_mb_s: float | None = field(metadata=unit("MB/s", "read"))
+    write_mb_s: float | None = field(metadata=unit("MB/s", "write"))
+    ratio: float | None = field(metadata=unit("ratio", "w/r"))
+    read_p99_ms: float | None = field(metadata=unit("ms", "read p99"))
     last_probe_at: datetime | None
-    age_s: float | None  # seconds since last_probe_at
+    age_s: float | None = field(metadata=unit("s", "age"))  # since last_probe_at
     drained_by_screener: bool  # last drain/resume event is a drain
     drained_at: datetime | None
     drain_reason: str | None  # the reason screener set in Slurm
@@ -95,8 +96,10 @@ class FlakyNodeRow:
     first_seen: datetime
     last_seen: datetime
     open: bool  # the latest episode has not ended
-    ttr_median_s: float | None  # time to recovery of the closed episodes
-    ttr_max_s: float | None
+    ttr_median_s: float | None = field(
+        metadata=unit("s", "ttr median")
+    )  # time to recovery, closed episodes
+    ttr_max_s: float | None = field(metadata=unit("s", "ttr max"))
     resumes: int  # screener resumes of this node in the window
 
 
@@ -106,10 +109,10 @@ class RunNodeRow:
 
     node: str
     status: Status
-    read_mb_s: float | None
-    write_mb_s: float | None
-    ratio: float | None
-    read_p99_ms: float | None
+    read_mb_s: float | None = field(metadata=unit("MB/s", "read"))
+    write_mb_s: float | None = field(metadata=unit("MB/s", "write"))
+    ratio: float | None = field(metadata=unit("ratio", "w/r"))
+    read_p99_ms: float | None = field(metadata=unit("ms", "read p99"))
     z_read: float | None
     confirmed: bool
     signals: tuple[str, ...]
@@ -124,7 +127,7 @@ class RunDetail:
 
     run: RunRow
     guard_reason: str | None
-    peer_read_median_mb_s: float | None
+    peer_read_median_mb_s: float | None = field(metadata=unit("MB/s", "peer read median"))
     nodes: tuple[RunNodeRow, ...]
     mode: str | None = None  # a sweep's mode: "dry run, deep, config /etc/x.toml"
     rollout: str | None = None  # dry run and shadow rules in force: rollout(policy) below
