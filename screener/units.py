@@ -24,3 +24,8 @@ def unit_of(f: dataclasses.Field[Any]) -> tuple[str | None, str]:
     """(unit or None, table header) of a row field."""
     kind = f.metadata.get("unit")
     return kind, f.metadata.get("header") or f.name
+
+
+def label(header: str) -> dict[str, str | None]:
+    """Field metadata for a column with no unit but a shorter title than its name."""
+    return {"unit": None, "header": header}

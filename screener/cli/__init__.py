@@ -10,6 +10,7 @@ Exit codes: 0 done and no node SLOW; 3 screen done and at least one node SLOW;
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import threading
@@ -56,8 +57,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         # Slurm's PrologEpilogTimeout sends SIGTERM: stop like on Ctrl-C (run marked failed,
         # probes stopped on the nodes), say so in one line, exit 143.
         signal.signal(signal.SIGTERM, _terminate)
-    # Piped output (logs, `| less`) gets a wide table instead of rich's 80-column default.
-    console = Console(width=None if sys.stdout.isatty() else 200)
+    # Piped output (logs, `| less`) gets a wide table instead of rich's 80-column default,
+    # unless COLUMNS says how wide the reader is.
+    wide = sys.stdout.isatty() or os.environ.get("COLUMNS", "").isdigit()
+    console = Console(width=None if wide else 200)
     try:
         return int(args.handler(args, console))
     except ScreenerError as exc:

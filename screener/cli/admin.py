@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 
 from screener.cli.common import Subparsers, check_count, check_id, check_limit, parse_duration
-from screener.policy import load_policy
+from screener.policy import Policy, load_policy
 from screener.probe_data import Status
 
 if TYPE_CHECKING:  # the store (SQLAlchemy) is imported only when a command runs
@@ -38,6 +38,13 @@ def register(sub: Subparsers) -> None:
         "--all", action="store_true", help="table of every node, not only those needing a look"
     )
     n.add_argument("--stale", default="2d", help="a probe older than this needs a look (2d)")
+    n.add_argument(
+        "--slurm",
+        action="store_true",
+        help="Slurm's whole view beside screener's: every node with its state and reason, "
+        "'never probed' and 'drained by someone else' where true",
+    )
+    n.add_argument("--partition", default="", help="with --slurm: only this partition's nodes")
     _output_flags(n)
     n.set_defaults(handler=run)
 
@@ -86,27 +93,72 @@ def run(args: argparse.Namespace, console: Console) -> int:
     with app.open_results(policy) as store:
         if args.command == "nodes":
             rows = views.node_overview(store, now)
-            header = [nodes_summary(rows, stale)]
-            title = "nodes"
+            if args.slurm:
+                rows = _with_slurm(rows, policy, args.partition)
+            header = [nodes_summary(rows, stale)] if rows else []
+            title, empty = "nodes", NO_NODES
             if not (args.all or args.json or args.csv):
+                every = len(rows)
                 rows = [r for r in rows if needs_a_look(r, stale)]
                 title = "nodes needing a look (not OK, drained, or stale; --all: all)"
+                if every:
+                    empty = (
+                        f"no node needs a look: all {every} OK, none drained by screener, none "
+                        f"probed more than {args.stale} ago (--all lists them)"
+                    )
         elif args.command == "history":
             assert since is not None
             title = f"history of {node}, last {args.since}"
             rows = views.node_history(store, node, now - since)
+            empty = f"no verdict for {node} in the last {args.since}"
         elif args.command == "flaky":
             assert since is not None
             title = f"flaky nodes, last {args.since}, >= {args.min_episodes} episodes"
             rows = views.flaky(store, now - since, args.min_episodes)
+            empty = f"no flaky node in the last {args.since} (>= {args.min_episodes} slow episodes)"
         elif args.command == "runs":
             title, rows = "latest runs", store.latest_runs(args.limit)
+            empty = "no run in the store yet: `screener screen NODESET` or the sweep adds them"
         else:
             detail = views.run_detail(store, args.run_id)
             title, rows = f"run {args.run_id}", detail.nodes
             header = _run_header(detail)
-    _emit(args, console, title, rows, header)
+            empty = f"run {args.run_id} has no verdict (status {detail.run.status})"
+    view = HUMAN_COLUMNS["nodes --slurm" if getattr(args, "slurm", False) else args.command]
+    _emit(args, console, title, rows, header, empty, view)
     return 0
+
+
+# What each command's human table shows, most telling first and the long reason last, so
+# it reads at 80 columns; --json/--csv carry every field of the row.
+HUMAN_COLUMNS: dict[str, tuple[str, ...]] = {
+    "nodes": (
+        "node",
+        "status",
+        "read_mb_s",
+        "write_mb_s",
+        "age_s",
+        "drained_by_screener",
+        "reason",
+    ),
+    "nodes --slurm": ("node", "slurm_state", "status", "age_s", "note", "slurm_reason"),
+    "history": ("run_id", "started_at", "trigger", "status", "read_mb_s", "write_mb_s", "reason"),
+    "flaky": ("node", "episodes", "open", "last_seen", "ttr_median_s", "resumes"),
+    "runs": ("id", "trigger", "job_id", "started_at", "status", "n_ok", "n_slow", "nodeset"),
+    "show": ("node", "status", "read_mb_s", "write_mb_s", "confirmed", "actions", "reason"),
+}
+
+
+def _with_slurm(rows: Sequence[NodeRow], policy: Policy, partition: str) -> list[NodeRow]:
+    """`nodes --slurm`: ask Slurm for every node and join (report/slurm_view.py)."""
+    from screener.report.slurm_view import with_slurm
+    from screener.slurm.choose import select_client
+
+    client, _ = select_client(policy.slurm)
+    return with_slurm(rows, client.nodes(), policy.slurm.tag, partition)
+
+
+NO_NODES = "no node in the store yet: `screener screen NODESET` or the sweep adds them"
 
 
 def needs_a_look(row: NodeRow, stale_s: float) -> bool:
@@ -152,7 +204,10 @@ def _emit(
     title: str,
     rows: Sequence[object],
     header: Sequence[str],
+    empty: str,
+    columns: Sequence[str] | None = None,
 ) -> None:
+    """The rows as JSON, CSV or a table; an empty answer in words, with its criteria."""
     from screener.report import terminal
 
     if args.json:
@@ -163,4 +218,6 @@ def _emit(
         for line in header:
             console.print(line, highlight=False, markup=False)
         if rows:
-            console.print(terminal.rows_table(title, rows))
+            console.print(terminal.rows_table(title, rows, columns))
+        else:
+            console.print(empty, highlight=False, markup=False)

@@ -224,7 +224,17 @@ def run_accuracy(args: argparse.Namespace, console: Console) -> int:
         }
         print(json.dumps(doc, indent=2))
         return 0
-    console.print(terminal.rows_table(f"screening accuracy since {since:%Y-%m-%d %H:%M} UTC", rows))
+    if rows:
+        title = f"screening accuracy since {since:%Y-%m-%d %H:%M} UTC"
+        console.print(terminal.rows_table(title, rows))
+    else:
+        console.print(
+            f"nothing to score since {since:%Y-%m-%d %H:%M} UTC: no ingested job with in-job "
+            "read figures (`screener ingest`, or the epilog's ingest, adds them)",
+            highlight=False,
+            markup=False,
+        )
+        return 0  # what cannot be known is said about figures; there are none
     for line in notes:
         console.print(f"cannot know: {line}", highlight=False)
     for job_id, line in short:

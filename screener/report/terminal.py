@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
+from rich import box
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
@@ -153,21 +154,25 @@ def _cell(value: object, f: dataclasses.Field[Any] | None = None) -> str:
     if isinstance(value, float):
         return f"{value:,.2f}"
     if isinstance(value, datetime):
-        return value.strftime("%Y-%m-%d %H:%M:%S")
+        return value.strftime("%Y-%m-%d %H:%M")  # to the minute: JSON/CSV carry the rest
     if isinstance(value, enum.Enum):
         return str(value.value)
     return str(value)
 
 
-def rows_table(title: str, rows: Sequence[object]) -> Table:
-    """Any list of the store's row dataclasses as a table, one column per field."""
-    table = Table(title=title, title_justify="left")
+def rows_table(title: str, rows: Sequence[object], columns: Sequence[str] | None = None) -> Table:
+    """The store's row dataclasses as a table: ``columns`` (field names, in that order; a
+    command's human view, so it fits 80 columns) or one column per field. The last column
+    folds (a reason); the others keep their figures whole. JSON/CSV carry every field."""
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD)
     if not rows:
         table.add_column("(no rows)")
         return table
-    fields = dataclasses.fields(rows[0])  # type: ignore[arg-type]
-    for f in fields:
-        table.add_column(header(f), overflow="fold")
+    every = {f.name: f for f in dataclasses.fields(rows[0])}  # type: ignore[arg-type]
+    fields = [every[c] for c in columns] if columns is not None else list(every.values())
+    for i, f in enumerate(fields):
+        last = i == len(fields) - 1
+        table.add_column(header(f), overflow="fold", no_wrap=not last, ratio=1 if last else None)
     for row in rows:
         table.add_row(*(_cell(getattr(row, f.name), f) for f in fields))
     return table

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from screener.probe_data import Status, Trigger
-from screener.units import unit
+from screener.units import label, unit
 
 
 @dataclass(frozen=True)
@@ -16,27 +16,27 @@ class RunRow:
 
     id: int
     trigger: Trigger
-    job_id: str | None
-    nodeset: str
+    job_id: str | None = field(metadata=label("job"))
+    nodeset: str = field(metadata=label("nodes"))
     node_count: int
-    started_at: datetime
+    started_at: datetime = field(metadata=label("started"))
     finished_at: datetime | None
     status: str  # running | done | failed
     shared_cause: bool
     shared_cause_reason: str
     screener_version: str
-    n_ok: int = 0
-    n_slow: int = 0  # SLOW_READ + SLOW_WRITE
-    n_degraded: int = 0
-    n_unknown: int = 0
+    n_ok: int = field(default=0, metadata=label("ok"))
+    n_slow: int = field(default=0, metadata=label("slow"))  # SLOW_READ + SLOW_WRITE
+    n_degraded: int = field(default=0, metadata=label("degraded"))
+    n_unknown: int = field(default=0, metadata=label("unknown"))
 
 
 @dataclass(frozen=True)
 class NodeHistoryRow:
     """One run's verdict for one node, as listed by ``node_history`` (newest first)."""
 
-    run_id: int
-    started_at: datetime
+    run_id: int = field(metadata=label("run"))
+    started_at: datetime = field(metadata=label("started"))
     trigger: Trigger
     job_id: str | None
     status: Status
@@ -75,12 +75,13 @@ class NodeRow:
     read_p99_ms: float | None = field(metadata=unit("ms", "read p99"))
     last_probe_at: datetime | None
     age_s: float | None = field(metadata=unit("s", "age"))  # since last_probe_at
-    drained_by_screener: bool  # last drain/resume event is a drain
+    drained_by_screener: bool = field(metadata=label("drained"))  # last drain/resume: a drain
     drained_at: datetime | None
     drain_reason: str | None  # the reason screener set in Slurm
-    slurm_state: str | None = (
-        None  # no Slurm client is passed in: always None (kept in the JSON/CSV)
-    )
+    # Slurm's view, filled by `screener nodes --slurm` (report/slurm_view.py), else None/"".
+    slurm_state: str | None = None  # e.g. "IDLE+DRAIN"
+    slurm_reason: str | None = None
+    note: str = ""  # "never probed", "drained by someone else", "not in Slurm"
 
 
 @dataclass(frozen=True)
@@ -94,7 +95,7 @@ class FlakyNodeRow:
     job: int
     manual: int
     first_seen: datetime
-    last_seen: datetime
+    last_seen: datetime = field(metadata=label("last seen"))
     open: bool  # the latest episode has not ended
     ttr_median_s: float | None = field(
         metadata=unit("s", "ttr median")
