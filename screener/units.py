@@ -26,6 +26,7 @@ def unit_of(f: dataclasses.Field[Any]) -> tuple[str | None, str]:
     return kind, f.metadata.get("header") or f.name
 
 
-def label(header: str) -> dict[str, str | None]:
-    """Field metadata for a column with no unit but a shorter title than its name."""
-    return {"unit": None, "header": header}
+def label(header: str, wrap: bool = False) -> dict[str, str | bool | None]:
+    """Field metadata for a column with no unit but a shorter title than its name; ``wrap``:
+    words that may fold in a narrow table (a reason), unlike figures and names."""
+    return {"unit": None, "header": header, "wrap": wrap}

@@ -9,6 +9,7 @@ usual level), as a site has after its sweeps.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -137,3 +138,34 @@ def test_a_burst_under_a_shared_cause_drains_nobody(site: dict[str, Any]) -> Non
     with open_store(site["db"]) as store:
         guards = [r for r in store.latest_runs(20) if r.trigger.value == "prolog"]
         assert guards and all(r.job_id for r in guards)
+
+
+def test_nodes_with_slurm_shows_every_node_and_who_drained_it(
+    hooked: tuple[ClusterHandle, Path], tmp_path: Path
+) -> None:
+    """`screener nodes --slurm` (issue 26): Slurm's whole view beside screener's. Only half
+    the partition was ever screened; an admin drained one node for an RMA."""
+    cluster, d = hooked
+    config, db = d / "screener.toml", f"sqlite:///{tmp_path}/screener.db"
+    write_config(config, cluster, db, tmp_path / "prolog.log")
+    screened, never, rma = cluster.nodes[:4], cluster.nodes[5], cluster.nodes[7]
+    base = run_screener(cluster, config, "screen", ",".join(screened))
+    assert base.returncode == 0, base.stdout + base.stderr
+    cluster.slurm("scontrol", "update", f"nodename={rma}", "state=drain", "reason=RMA ticket 123")
+    try:
+        got = run_screener(cluster, config, "nodes", "--slurm", "--json")
+        assert got.returncode == 0, got.stderr
+        rows = {r["node"]: r for r in json.loads(got.stdout)}
+        assert sorted(rows) == sorted(cluster.nodes)  # every node Slurm lists
+        assert all(rows[n]["status"] == "OK" and rows[n]["note"] == "" for n in screened)
+        assert rows[never]["note"] == "never probed" and rows[never]["status"] is None
+        assert rows[rma]["note"] == "never probed, drained by someone else"
+        assert rows[rma]["slurm_reason"] == "RMA ticket 123"
+        assert "DRAIN" in rows[rma]["slurm_state"]
+        table = run_screener(cluster, config, "nodes", "--slurm", extra_env={"COLUMNS": "80"})
+        out = table.stdout
+        assert table.returncode == 0 and all(len(ln) <= 80 for ln in out.splitlines()), out
+        assert "by someone else" in out and "RMA ticket 123" in out, out  # may fold
+        assert never in out and "never probed" in out, out
+    finally:
+        cluster.reset()

@@ -141,7 +141,7 @@ HUMAN_COLUMNS: dict[str, tuple[str, ...]] = {
         "drained_by_screener",
         "reason",
     ),
-    "nodes --slurm": ("node", "slurm_state", "status", "age_s", "note", "slurm_reason"),
+    "nodes --slurm": ("node", "slurm_state", "status", "age_s", "slurm_reason", "note"),
     "history": ("run_id", "started_at", "trigger", "status", "read_mb_s", "write_mb_s", "reason"),
     "flaky": ("node", "episodes", "open", "last_seen", "ttr_median_s", "resumes"),
     "runs": ("id", "trigger", "job_id", "started_at", "status", "n_ok", "n_slow", "nodeset"),

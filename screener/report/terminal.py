@@ -171,8 +171,8 @@ def rows_table(title: str, rows: Sequence[object], columns: Sequence[str] | None
     every = {f.name: f for f in dataclasses.fields(rows[0])}  # type: ignore[arg-type]
     fields = [every[c] for c in columns] if columns is not None else list(every.values())
     for i, f in enumerate(fields):
-        last = i == len(fields) - 1
-        table.add_column(header(f), overflow="fold", no_wrap=not last, ratio=1 if last else None)
+        text = i == len(fields) - 1 or f.metadata.get("wrap", False)  # words, not figures
+        table.add_column(header(f), overflow="fold", no_wrap=not text, ratio=1 if text else None)
     for row in rows:
         table.add_row(*(_cell(getattr(row, f.name), f) for f in fields))
     return table

@@ -79,9 +79,9 @@ class NodeRow:
     drained_at: datetime | None
     drain_reason: str | None  # the reason screener set in Slurm
     # Slurm's view, filled by `screener nodes --slurm` (report/slurm_view.py), else None/"".
-    slurm_state: str | None = None  # e.g. "IDLE+DRAIN"
-    slurm_reason: str | None = None
-    note: str = ""  # "never probed", "drained by someone else", "not in Slurm"
+    slurm_state: str | None = field(default=None, metadata=label("slurm state"))  # IDLE+DRAIN
+    slurm_reason: str | None = field(default=None, metadata=label("slurm reason", wrap=True))
+    note: str = field(default="", metadata=label("note", wrap=True))  # never probed, ...
 
 
 @dataclass(frozen=True)
