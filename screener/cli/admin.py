@@ -129,23 +129,16 @@ def run(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
-# What each command's human table shows, most telling first and the long reason last, so
-# it reads at 80 columns; --json/--csv carry every field of the row.
+# What each command's human table shows, so that it reads at 80 columns: figures, one line
+# per row. The whole reason of every row that is not OK follows the table
+# (terminal.full_reasons); --json/--csv carry every field.
 HUMAN_COLUMNS: dict[str, tuple[str, ...]] = {
-    "nodes": (
-        "node",
-        "status",
-        "read_mb_s",
-        "write_mb_s",
-        "age_s",
-        "drained_by_screener",
-        "reason",
-    ),
+    "nodes": ("node", "status", "read_mb_s", "write_mb_s", "ratio", "age_s", "drained_by_screener"),
     "nodes --slurm": ("node", "slurm_state", "status", "age_s", "slurm_reason", "note"),
-    "history": ("run_id", "started_at", "trigger", "status", "read_mb_s", "write_mb_s", "reason"),
+    "history": ("run_id", "started_at", "trigger", "status", "read_mb_s", "write_mb_s", "ratio"),
     "flaky": ("node", "episodes", "open", "last_seen", "ttr_median_s", "resumes"),
     "runs": ("id", "trigger", "job_id", "started_at", "status", "n_ok", "n_slow", "nodeset"),
-    "show": ("node", "status", "read_mb_s", "write_mb_s", "confirmed", "actions", "reason"),
+    "show": ("node", "status", "read_mb_s", "write_mb_s", "ratio", "confirmed", "actions"),
 }
 
 
@@ -219,5 +212,7 @@ def _emit(
             console.print(line, highlight=False, markup=False)
         if rows:
             console.print(terminal.rows_table(title, rows, columns))
+            for line in terminal.full_reasons(rows):
+                console.print(line, highlight=False, markup=False)
         else:
             console.print(empty, highlight=False, markup=False)

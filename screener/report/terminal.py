@@ -128,7 +128,7 @@ FORMATS: dict[str, tuple[str, Callable[[float], str]]] = {
     "s": ("", _seconds),
     "ms": ("ms", lambda v: f"{v:,.1f}"),
     "IOPS": ("IOPS", lambda v: f"{v:,.0f}"),
-    "ratio": ("", lambda v: f"{v:,.2f}"),
+    "ratio": ("", lambda v: f"{v:,.0f}" if abs(v) >= 100 else f"{v:.2f}"),
     "count": ("", lambda v: f"{v:,.0f}"),
     "bytes": ("", lambda v: f"{v:,.0f}"),
 }
@@ -170,12 +170,35 @@ def rows_table(title: str, rows: Sequence[object], columns: Sequence[str] | None
         return table
     every = {f.name: f for f in dataclasses.fields(rows[0])}  # type: ignore[arg-type]
     fields = [every[c] for c in columns] if columns is not None else list(every.values())
-    for i, f in enumerate(fields):
-        text = i == len(fields) - 1 or f.metadata.get("wrap", False)  # words, not figures
-        table.add_column(header(f), overflow="fold", no_wrap=not text, ratio=1 if text else None)
+    text = {f.name for i, f in enumerate(fields) if i == len(fields) - 1 or f.metadata.get("wrap")}
+    for f in fields:  # words (a reason) may fold; figures and names stay whole
+        table.add_column(header(f), overflow="fold", no_wrap=f.name not in text)
     for row in rows:
-        table.add_row(*(_cell(getattr(row, f.name), f) for f in fields))
+        cells = (_cell(getattr(row, f.name), f) for f in fields)
+        table.add_row(
+            *(_short(c) if f.name in text else c for f, c in zip(fields, cells, strict=True))
+        )
     return table
+
+
+TEXT_CELL = 40  # a reason's first words in a table; full_reasons() prints the whole
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= TEXT_CELL else text[: TEXT_CELL - 1].rstrip() + "…"
+
+
+def full_reasons(rows: Sequence[object]) -> list[str]:
+    """The whole reason of each row whose status is not OK (a table shows one line of it):
+    ``node03 SLOW_READ: confirmed: seq read ...``, keyed by node, else by run."""
+    out = []
+    for r in rows:
+        status, reason = getattr(r, "status", None), getattr(r, "reason", "")
+        if status is None or status is Status.OK or not reason:
+            continue
+        key = getattr(r, "node", None) or f"run {getattr(r, 'run_id', '?')}"
+        out.append(f"{key} {status.value}: {reason}")
+    return out
 
 
 def _plain(value: object) -> object:
