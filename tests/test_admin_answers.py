@@ -108,3 +108,23 @@ def test_tables_fit_80_columns(screened: tuple[Path, str]) -> None:
         out = cli(d, *args, columns=80).stdout
         assert all(len(ln) <= 80 for ln in out.splitlines()), (args, out)
         assert out.strip(), args
+
+
+def test_spool_and_doctor_answer_in_words(tmp_path: Path) -> None:
+    config = tmp_path / "screener.toml"
+    config.write_text(
+        f'[store]\nurl = "sqlite:///{tmp_path}/db.sqlite"\nspool_dir = "{tmp_path}/sp"\n'
+    )
+    env_cfg = ("--config", str(config))
+    listed = cli(tmp_path, *env_cfg, "spool", "list")
+    assert listed.returncode == 0, listed.stderr
+    said = " ".join(ln.strip() for ln in listed.stdout.splitlines())  # long paths wrap at 80
+    assert said == f"no run spooled for {tmp_path}/db.sqlite in {tmp_path}/sp"
+    replayed = cli(tmp_path, *env_cfg, "spool", "replay")
+    assert replayed.returncode == 0 and "no run spooled" in replayed.stdout, replayed.stdout
+    narrow = cli(tmp_path, *env_cfg, "doctor")
+    assert narrow.returncode == 0 and all(len(ln) <= 80 for ln in narrow.stdout.splitlines())
+    doctor = cli(tmp_path, *env_cfg, "doctor", columns=250)
+    facts = dict(ln.split(None, 1) for ln in doctor.stdout.splitlines() if ln[:1].strip())
+    assert facts["config"] == str(config) and facts["database"].endswith("db.sqlite")
+    assert facts["slurm_backend"] in ("cli", "pyslurm") and facts["why"]
