@@ -141,3 +141,21 @@ def test_report_bad_input_is_one_line(
     assert res.returncode == 1 and res.stderr.startswith("screener: error: ")
     assert message in res.stderr and len(res.stderr.strip().splitlines()) == 1
     assert not (tmp / out).exists()
+
+
+def test_bandwidth_axis_starts_a_decade_below_the_smallest_figure() -> None:
+    """A one-node run read 1,401 and wrote 2,471 MB/s: the log axis autoranged from the read
+    bar, which looked 10x shorter than the write bar, with no tick to read (seen by eye)."""
+    from datetime import UTC, datetime
+
+    from screener.probe_data import Status, Trigger
+    from screener.report.html import bandwidth_figure
+    from screener.store.query_rows import RunDetail, RunNodeRow, RunRow
+
+    node = RunNodeRow("vm", Status.OK, 1401.1, 2470.7, 1.76, 28.2, None, False, (), "ok", (), None)
+    run = RunRow(2, Trigger.MANUAL, None, "vm", 1, datetime.now(UTC), None, "done", False, "", "x")
+    fig = bandwidth_figure(RunDetail(run, None, None, (node,)))
+    assert list(fig.layout.yaxis.range) == [2, 4]  # 100 .. 10,000 MB/s, labelled decades
+    slow = RunNodeRow("n3", Status.SLOW_READ, 20.0, 2368.4, 118, 3305, -51, True, (), "s", (), None)
+    fig = bandwidth_figure(RunDetail(run, None, 1776.0, (node, slow)))
+    assert list(fig.layout.yaxis.range) == [0, 4]

@@ -71,8 +71,18 @@ def bandwidth_figure(detail: RunDetail) -> go.Figure:
             font={"color": MEDIAN_COLOUR},
         )
     fig.update_layout(height=480, template="plotly_white", legend={"orientation": "h", "y": 1.1})
-    fig.update_yaxes(type="log", dtick=1, title="MB/s (log scale)")
+    fig.update_yaxes(type="log", dtick=1, title="MB/s (log scale)", range=_decades(nodes))
     return fig
+
+
+def _decades(nodes: Sequence[RunNodeRow]) -> list[float] | None:
+    """The log axis' range in whole decades, from one below the smallest figure: bars start
+    at a labelled tick, so 1,400 beside 2,500 MB/s look alike (autorange started the axis
+    at the smallest bar, which then looked 10x shorter, with no tick to read)."""
+    values = [v for n in nodes for v in (n.read_mb_s, n.write_mb_s) if v is not None and v > 0]
+    if not values:
+        return None
+    return [math.floor(math.log10(min(values))) - 1, math.ceil(math.log10(max(values)) + 0.05)]
 
 
 def _bars(nodes: Sequence[RunNodeRow]) -> go.Figure:
