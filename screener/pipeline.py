@@ -11,7 +11,7 @@ import contextlib
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
@@ -559,13 +559,29 @@ def judge_round2(
     fleet: Sequence[FleetFigure],
     policy: Policy,
 ) -> RunSummary:
-    """Judge the re-probe on round-2 figures: suspects beside the re-probed references.
+    """Judge the re-probe on round-2 figures: each suspect beside the re-probed references
+    only, never beside the other suspects (two nodes at 1/4 together dragged the round-2
+    median down and widened its spread until each passed: issue 24). The references'
+    verdicts and a round-2 shared cause come from the whole round.
 
     Without references (every usable node was a suspect) the suspects' round-2 figures are
     judged beside the others' round-1 figures, and confirm() says so in the reason.
     """
     if refs:
-        return evaluate(second, history, policy.verdict, fleet)
+        whole = evaluate(second, history, policy.verdict, fleet)
+        ref_probes = [p for p in second if p.node in refs]
+        alone = [p for p in second if p.node not in refs]
+        if len(alone) < 2 or whole.shared_cause:
+            return whole  # one suspect: the same judgement; a shared cause: the whole round's
+        own = {
+            p.node: next(
+                v
+                for v in evaluate([p, *ref_probes], history, policy.verdict, fleet).verdicts
+                if v.node == p.node
+            )
+            for p in alone
+        }
+        return replace(whole, verdicts=tuple(own.get(v.node, v) for v in whole.verdicts))
     again = {p.node: p for p in second}
     return evaluate([again.get(p.node, p) for p in first], history, policy.verdict, fleet)
 

@@ -287,3 +287,35 @@ def test_references_under_a_shared_cause_are_the_absolved_nodes() -> None:
     refs = references(first, 3)
     assert len(refs) == 3 and "n05" not in refs
     assert all(v.status == Status.UNKNOWN for v in first.verdicts if v.node in refs)
+
+
+def test_two_suspects_are_each_judged_beside_the_references_only() -> None:
+    """Issue 24: two nodes at 1/4 at once, re-probed beside three references on a noisy
+    round 2. Judged together, the pair dragged the round-2 median down and widened its
+    spread until each passed ("transient"); judged each beside the references, both stay."""
+    from screener.pipeline import judge_round2
+    from screener.policy import Policy
+
+    first_probes = spread(8)
+    first_probes[0] = node("n01", read=750, write=2800)
+    first_probes[1] = node("n02", read=800, write=2800)
+    first = evaluate(first_probes, {}, POLICY)
+    assert suspects(first) == ["n01", "n02"]
+    refs = references(first, POLICY.confirm_references)
+    assert len(refs) == 3
+    noisy = dict(zip(refs, (2400, 3000, 3600), strict=True))
+    second = [node("n01", read=750), node("n02", read=800)] + [
+        node(r, read=bw) for r, bw in noisy.items()
+    ]
+    together = statuses(confirm(first, evaluate(second, {}, POLICY), refs))
+    assert together["n01"] == Status.OK and together["n02"] == Status.OK  # the old way
+    policy = Policy(verdict=POLICY)
+    merged = confirm(first, judge_round2(first_probes, second, refs, {}, [], policy), refs)
+    got = {v.node: v for v in merged.verdicts}
+    assert got["n01"].status == Status.SLOW_READ and got["n01"].confirmed
+    assert got["n02"].status == Status.SLOW_READ and got["n02"].confirmed
+    assert all(got[r].status == Status.OK for r in refs)
+    # one suspect, or refs slow too (a shared cause in round 2): the whole round judges
+    slowed = [node("n01", read=750), node("n02", read=800)] + [node(r, read=700) for r in refs]
+    shared = judge_round2(first_probes, slowed, refs, {}, [], policy)
+    assert shared == evaluate(slowed, {}, POLICY)
