@@ -138,3 +138,27 @@ def pace_devices(cluster: ClusterHandle, nodes: list[str]) -> None:
     for n in nodes:
         cluster.inject(n, "slow_read", PACE)
         cluster.inject(n, "slow_write", PACE)
+
+
+def module_cluster(factory: Any, name: str, nodes: int) -> Iterator[tuple[ClusterHandle, Path]]:
+    """A module's hooked cluster (a pytest TempPathFactory names its directory): (handle,
+    directory holding screener.toml, which each test rewrites)."""
+    d = factory.mktemp(name)
+    config = d / "screener.toml"
+    config.write_text("")
+    for handle in hooked_cluster(d, config, nodes=nodes):
+        yield handle, d
+
+
+def site_info(cluster: ClusterHandle, d: Path, tmp_path: Path, **sections: Any) -> dict[str, Any]:
+    """One test's site on a module cluster: a fresh SQLite DB and prolog log in tmp_path,
+    the policy written with ``sections`` (write_config's)."""
+    info: dict[str, Any] = {
+        "cluster": cluster,
+        "config": d / "screener.toml",
+        "db": f"sqlite:///{tmp_path}/screener.db",
+        "log": tmp_path / "prolog.log",
+        "out": tmp_path,
+    }
+    write_config(info["config"], cluster, info["db"], info["log"], **sections)
+    return info

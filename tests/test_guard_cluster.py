@@ -19,11 +19,12 @@ import pytest
 from deploy.minicluster import ClusterHandle
 from screener.store import open_store, views
 from tests.hooked_cluster import (
-    hooked_cluster,
     job_state,
+    module_cluster,
     run_screener,
     sbatch,
     sinfo_nodes,
+    site_info,
     wait_job,
     write_config,
 )
@@ -36,29 +37,17 @@ NODES = 5
 
 @pytest.fixture(scope="module")
 def hooked(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ClusterHandle, Path]]:
-    d = tmp_path_factory.mktemp("guard")
-    config = d / "screener.toml"
-    config.write_text("")
-    for handle in hooked_cluster(d, config, nodes=NODES):
-        yield handle, d
+    yield from module_cluster(tmp_path_factory, "guard", NODES)
 
 
 @pytest.fixture()
 def site(hooked: tuple[ClusterHandle, Path], tmp_path: Path) -> Iterator[dict[str, Any]]:
     """A fresh DB and log per test, the guard at 1 of 5 partition nodes; healed after."""
     cluster, d = hooked
-    info: dict[str, Any] = {
-        "cluster": cluster,
-        "config": d / "screener.toml",
-        "db": f"sqlite:///{tmp_path}/screener.db",
-        "log": tmp_path / "prolog.log",
-        "out": tmp_path,
-    }
-    write_config(
-        info["config"],
+    info = site_info(
         cluster,
-        info["db"],
-        info["log"],
+        d,
+        tmp_path,
         slurm={"partition_max_drain_fraction": 0.2, "max_drain_fraction": 0.34},
     )
     yield info

@@ -19,11 +19,12 @@ import pytest
 from deploy.minicluster import ClusterHandle
 from screener.store import open_store
 from tests.hooked_cluster import (
-    hooked_cluster,
+    module_cluster,
     pace_devices,
     run_screener,
     sbatch,
     sinfo_nodes,
+    site_info,
     wait_job,
     write_config,
 )
@@ -37,29 +38,17 @@ SHARED = "50M"  # every node 6x slower at once: a shared cause
 
 @pytest.fixture(scope="module")
 def hooked(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ClusterHandle, Path]]:
-    d = tmp_path_factory.mktemp("small")
-    config = d / "screener.toml"
-    config.write_text("")
-    for handle in hooked_cluster(d, config, nodes=NODES):
-        yield handle, d
+    yield from module_cluster(tmp_path_factory, "small", NODES)
 
 
 @pytest.fixture()
 def site(hooked: tuple[ClusterHandle, Path], tmp_path: Path) -> Iterator[dict[str, Any]]:
     """A fresh DB with one healthy screen of every node; every prolog probes (fresh_s 0)."""
     cluster, d = hooked
-    info: dict[str, Any] = {
-        "cluster": cluster,
-        "config": d / "screener.toml",
-        "db": f"sqlite:///{tmp_path}/screener.db",
-        "log": tmp_path / "prolog.log",
-        "out": tmp_path,
-    }
-    write_config(
-        info["config"],
+    info = site_info(
         cluster,
-        info["db"],
-        info["log"],
+        d,
+        tmp_path,
         prolog={"fresh_s": 0},
         slurm={"partition_max_drain_fraction": 0.2, "max_drain_fraction": 0.34},
     )
