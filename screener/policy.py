@@ -117,7 +117,7 @@ class SlurmPolicy:
     # Small allocations (issue 27): the allocation-fraction guard speaks only for allocations
     # of at least this many nodes; below, the partition's recent figures decide (hooks/
     # fleet_guard.py): other nodes probed within fleet_window_s, at least fleet_min_nodes.
-    guard_min_allocation: int = 4
+    guard_min_allocation: int = 3
     fleet_window_s: float = 900.0
     fleet_min_nodes: int = 3
     fleet_wait_s: float = 10.0  # for concurrent runs' first rounds (bursts), within the budget

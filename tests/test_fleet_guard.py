@@ -60,14 +60,17 @@ def test_the_whole_fleet_slow_together_holds_every_drain_back() -> None:
     assert hold and "8 of 8 partition nodes" in line and "shared cause suspected" in line
 
 
-def test_too_few_other_nodes_judged_leaves_it_to_the_partition_guard() -> None:
+def test_too_few_other_nodes_judged_holds_the_drain_back() -> None:
     few = {"node03": 70 * MB, "node04": 1900 * MB, "node05": 1800 * MB}
     hold, line = judge_small(["node03"], ["node03"], view(few), 0.34, 3)
-    assert not hold and "only 2 other partition nodes" in line and "partition guard decides" in line
+    assert hold and "only 2 other partition nodes judged" in line and "nobody drained" in line
+    # a fresh store: figures but no usual level for anyone, so nobody is judged
+    hold, line = judge_small(["node03"], ["node03"], view(HEALTHY_NOW, {}), 0.34, 3)
+    assert hold and "only 0 other" in line
 
 
 def test_plan_for_small_allocations_uses_the_fleet_not_the_allocation_fraction() -> None:
-    pol = SlurmPolicy()  # guard_min_allocation 4, max_drain_fraction 0.34
+    pol = SlurmPolicy()  # guard_min_allocation 3, max_drain_fraction 0.34
     slow = [("node03", "screener: rd 0.04x peers r9")]
     lone = view({**HEALTHY_NOW, "node03": 70 * MB})
     # before issue 27: 1 of 1 allocated > 0.34, nobody drained

@@ -58,14 +58,17 @@ def judge_small(
     min_others: int,
 ) -> tuple[bool, str]:
     """(hold back?, the log line): do the partition's recent figures make ``new`` (the slow
-    nodes of a small allocation) a shared cause? Too few other nodes judged: no fleet
-    evidence, the partition guard alone decides."""
+    nodes of a small allocation) a shared cause? Too few other nodes judged (probed within
+    the window and with a usual level to compare with): too little evidence to tell one
+    node from a shared cause, so nobody is drained, as before issue 27 (16 one-node
+    prologs at once on 2 cores made 3 healthy nodes look slow on a fresh store)."""
     own = set(allocation)
     others = view.judged - own
     if len(others) < min_others:
-        return False, (
-            f"fleet: only {len(others)} other partition nodes probed within "
-            f"{view.window_s:g}s (< {min_others}): no fleet evidence, the partition guard decides"
+        return True, (
+            f"fleet: only {len(others)} other partition nodes judged within {view.window_s:g}s "
+            f"(< {min_others}): too little evidence to tell one node from a shared cause, "
+            "nobody drained"
         )
     slow = (view.slow - own) | set(new)
     population = others | own
