@@ -542,13 +542,21 @@ def past_figures(
     """Own history (same recipe, within the age window) and the fleet's recent figures."""
     vp = policy.verdict
     recipe = recipe_fingerprint(policy.probe)
-    since = now - timedelta(days=vp.history_max_age_days) if vp.history_max_age_days else None
-    history = store.read_histories(nodes, vp.history_runs, recipe, since)
+    history = own_history(store, nodes, policy, now)
     fleet: list[FleetFigure] = []
     if vp.fleet_window_h > 0 and vp.fleet_max > 0:
         window = now - timedelta(hours=vp.fleet_window_h)
         fleet = store.read_fleet(nodes, recipe, window, vp.fleet_max)
     return history, fleet
+
+
+def own_history(
+    store: RunStore, nodes: Sequence[str], policy: Policy, now: datetime
+) -> dict[str, list[float]]:
+    """Each node's baseline seq-read figures: same recipe, within the age window."""
+    vp = policy.verdict
+    since = now - timedelta(days=vp.history_max_age_days) if vp.history_max_age_days else None
+    return store.read_histories(nodes, vp.history_runs, recipe_fingerprint(policy.probe), since)
 
 
 def judge_round2(

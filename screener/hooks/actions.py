@@ -24,11 +24,11 @@ from screener.hooks.decide import (
     may_resume,
     plan_drains,
     settle_intent,
+    small_allocation,
 )
 from screener.hooks.fleet_guard import FleetFigures, FleetView, fleet_view
 from screener.hostlist import fold_nodes
 from screener.policy import Policy
-from screener.probe.fio import recipe_fingerprint
 from screener.probe_data import RunSummary, Trigger
 from screener.slurm.client import SlurmClient, SlurmNode
 from screener.store.locks import actions_lock
@@ -72,7 +72,7 @@ def decide_drains(
     if slow and records is not None and partition_nodes:
         since = now - timedelta(seconds=policy.slurm.partition_window_s)
         recent = records.drains_since(partition_nodes, since)
-        if allocated and len(allocated) < policy.slurm.guard_min_allocation:
+        if allocated and small_allocation(len(allocated), policy.slurm):
             fleet = _fleet(records, partition_nodes, policy, now)
     plan = plan_drains(
         slow, allocation, len(partition_nodes), recent, policy.slurm, fleet, allocated
@@ -90,17 +90,15 @@ def _fleet(
     records: SlurmRecords, partition_nodes: Sequence[str], policy: Policy, now: datetime
 ) -> FleetView:
     """The partition's figures of the last ``fleet_window_s`` against its baselines."""
+    from screener.pipeline import own_history  # only small allocations with a slow node
+
     window = policy.slurm.fleet_window_s
-    vp = policy.verdict
-    since = now - timedelta(days=vp.history_max_age_days) if vp.history_max_age_days else None
     figures = FleetFigures(
         now_read=records.newest_reads(partition_nodes, now - timedelta(seconds=window)),
-        usual_read=records.store.read_histories(
-            partition_nodes, vp.history_runs, recipe_fingerprint(policy.probe), since
-        ),
+        usual_read=own_history(records.store, partition_nodes, policy, now),
         window_s=window,
     )
-    return fleet_view(figures, vp.history_drop)
+    return fleet_view(figures, policy.verdict.history_drop)
 
 
 def await_fleet(

@@ -111,6 +111,11 @@ class DrainPlan:
     basis: str | None = None  # which evidence judged a small allocation (the fleet line)
 
 
+def small_allocation(nodes: int, policy: SlurmPolicy) -> bool:
+    """Too few nodes for the allocation fraction to be evidence: the fleet judges instead."""
+    return nodes < policy.guard_min_allocation
+
+
 def plan_drains(
     slow: Sequence[tuple[str, str]],
     allocation: int,
@@ -137,7 +142,7 @@ def plan_drains(
     names = tuple(n for n, _ in slow)
     n = len(slow)
     basis = None
-    if fleet is not None and allocation < policy.guard_min_allocation:
+    if fleet is not None and small_allocation(allocation, policy):
         hold, basis = judge_small(
             names, allocated, fleet, policy.max_drain_fraction, policy.fleet_min_nodes
         )

@@ -27,7 +27,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from screener.errors import ConfigError, ScreenerError, SlurmError, StoreError
-from screener.hooks.decide import drainable, fast_path, selects
+from screener.hooks.decide import drainable, fast_path, selects, small_allocation
 from screener.hooks.hooklog import HookLog, describe_error
 from screener.hostlist import expand_nodeset, fold_nodes
 from screener.policy import Policy, database_url, shorten
@@ -252,7 +252,7 @@ def _act(
         if todo
         else []
     )
-    if todo and len(job.nodes) < policy.slurm.guard_min_allocation:
+    if todo and small_allocation(len(job.nodes), policy.slurm):
         wait = max(0.0, min(policy.slurm.fleet_wait_s, left_s))
         actions.await_fleet(records, partition, result.run_id, policy, now, wait, log)
     # Under the actions lock, so the partition guard counts concurrent prologs' drains; with
