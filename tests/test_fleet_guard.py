@@ -6,12 +6,12 @@ from __future__ import annotations
 import dataclasses
 from datetime import timedelta
 
-from store_data import at, error_probe, full_probe
+from store_data import at, error_probe, full_probe, verdict
 
 from screener.hooks.decide import plan_drains
 from screener.hooks.fleet_guard import FleetFigures, FleetView, fleet_view, judge_small
 from screener.policy import SlurmPolicy
-from screener.probe_data import Trigger
+from screener.probe_data import RunSummary, Status, Trigger
 from screener.store import Store
 from screener.store.slurm_records import SlurmRecords
 
@@ -27,26 +27,30 @@ HEALTHY_NOW = {
 
 
 def view(now: dict[str, float], usual: dict[str, list[float]] = USUAL) -> FleetView:
-    return fleet_view(FleetFigures(now, usual, 900), drop=0.25)
+    """The fleet's reads (writes unknown)."""
+    return fleet_view(FleetFigures({"read": now}, {"read": usual}, 900), drop=0.25)
+
+
+READ = {"node03": "read"}
 
 
 def test_one_node_at_a_25th_is_slow_against_its_own_level_the_rest_are_not() -> None:
     v = view({**HEALTHY_NOW, "node03": 70 * MB})
-    assert v.judged == frozenset(HEALTHY_NOW) and v.slow == {"node03"}
+    assert v.judged["read"] == frozenset(HEALTHY_NOW) and v.slow["read"] == {"node03"}
+    assert v.judged["write"] == frozenset()
 
 
 def test_a_node_without_history_is_judged_against_the_fleets_usual_level() -> None:
     usual = {n: f for n, f in USUAL.items() if n != "node09"}
     v = view({**HEALTHY_NOW, "node09": 60 * MB, "node10": 1900 * MB}, usual)
-    assert "node09" in v.slow and "node10" in v.judged and "node10" not in v.slow
+    assert "node09" in v.slow["read"] and "node10" in v.judged["read"]
+    assert "node10" not in v.slow["read"]
     # nobody has history: no level, no evidence either way
-    assert view({"node01": 60 * MB}, {}).judged == frozenset()
+    assert view({"node01": 60 * MB}, {}).judged["read"] == frozenset()
 
 
 def test_a_lone_slow_node_of_a_one_node_job_is_not_a_shared_cause() -> None:
-    hold, line = judge_small(
-        ["node03"], ["node03"], view({**HEALTHY_NOW, "node03": 70 * MB}), 0.34, 3
-    )
+    hold, line = judge_small(READ, ["node03"], view({**HEALTHY_NOW, "node03": 70 * MB}), 0.34, 3)
     assert not hold
     assert line == (
         "fleet: 1 of 8 partition nodes probed within 900s read slow (node03), 7 healthy: "
@@ -56,16 +60,16 @@ def test_a_lone_slow_node_of_a_one_node_job_is_not_a_shared_cause() -> None:
 
 def test_the_whole_fleet_slow_together_holds_every_drain_back() -> None:
     slowed = {n: bw / 6 for n, bw in HEALTHY_NOW.items()}
-    hold, line = judge_small(["node03"], ["node03"], view(slowed), 0.34, 3)
+    hold, line = judge_small(READ, ["node03"], view(slowed), 0.34, 3)
     assert hold and "8 of 8 partition nodes" in line and "shared cause suspected" in line
 
 
 def test_too_few_other_nodes_judged_holds_the_drain_back() -> None:
     few = {"node03": 70 * MB, "node04": 1900 * MB, "node05": 1800 * MB}
-    hold, line = judge_small(["node03"], ["node03"], view(few), 0.34, 3)
+    hold, line = judge_small(READ, ["node03"], view(few), 0.34, 3)
     assert hold and "only 2 other partition nodes judged" in line and "nobody drained" in line
     # a fresh store: figures but no usual level for anyone, so nobody is judged
-    hold, line = judge_small(["node03"], ["node03"], view(HEALTHY_NOW, {}), 0.34, 3)
+    hold, line = judge_small(READ, ["node03"], view(HEALTHY_NOW, {}), 0.34, 3)
     assert hold and "only 0 other" in line
 
 
@@ -94,7 +98,22 @@ def test_plan_for_small_allocations_uses_the_fleet_not_the_allocation_fraction()
     assert big.guard is not None and "2 of 4 allocated" in big.guard
 
 
-def test_newest_reads_see_unfinished_runs_newest_round_first(db_store: Store) -> None:
+def test_a_write_slow_node_is_judged_on_the_fleets_writes_not_its_reads() -> None:
+    """CI, 16 one-node prologs on 2 cores: node09 wrote at 0.38x, every write of the burst
+    had dropped, the reads had not; judged on reads it was "1 of 18" and drained."""
+    reads = {n: bw for n, bw in HEALTHY_NOW.items()}
+    writes_now = {n: bw / 4 for n, bw in HEALTHY_NOW.items()}
+    figures = FleetFigures(
+        {"read": reads, "write": writes_now}, {"read": USUAL, "write": USUAL}, 900
+    )
+    v = fleet_view(figures, drop=0.5)
+    hold, line = judge_small({"node03": "write"}, ["node03"], v, 0.34, 3)
+    assert hold and "8 of 8 partition nodes probed within 900s write slow" in line
+    hold, line = judge_small({"node03": "read"}, ["node03"], v, 0.34, 3)
+    assert not hold and "read slow (node03)" in line  # as a read-slow node: one node
+
+
+def test_newest_figures_see_unfinished_runs_newest_round_first(db_store: Store) -> None:
     """A concurrent prolog's round 1 is stored before it judges: the guard sees it."""
     records = SlurmRecords(db_store)
     old = db_store.start_run(Trigger.SWEEP, ["node01", "node02"], {}, None, "x", at(0))
@@ -103,16 +122,42 @@ def test_newest_reads_see_unfinished_runs_newest_round_first(db_store: Store) ->
     db_store.finish_run(old, at(0.01))
     new = db_store.start_run(Trigger.PROLOG, ["node01", "node03"], {}, "7", "x", at(1))
     p = full_probe("node01")
-    assert p.seq_read is not None
+    assert p.seq_read is not None and p.seq_write is not None
     slower = dataclasses.replace(p, seq_read=dataclasses.replace(p.seq_read, bw_bytes=5e7))
     db_store.record_probe(new, p, 1)
     db_store.record_probe(new, slower, 2)  # the run is still open: no verdicts, no finish
     db_store.record_probe(new, error_probe("node03"), 1)
-    got = records.newest_reads(["node01", "node02", "node03"], at(0.5))
-    assert got == {"node01": 5e7}  # node02 too old, node03 failed, node01's round 2
-    wider = records.newest_reads(["node01", "node02"], at(1) - timedelta(hours=2))
-    assert wider["node02"] == p.seq_read.bw_bytes and wider["node01"] == 5e7
-    assert records.newest_reads([], at(0)) == {}
+    got = records.newest_figures(["node01", "node02", "node03"], at(0.5))
+    # node02 too old, node03 failed, node01's round 2 (read and write of that round)
+    assert got == {"node01": (new, {"read": 5e7, "write": p.seq_write.bw_bytes})}
+    wider = records.newest_figures(["node01", "node02"], at(1) - timedelta(hours=2))
+    assert wider["node02"] == (old, {"read": p.seq_read.bw_bytes, "write": p.seq_write.bw_bytes})
+    assert wider["node01"][0] == new
+    assert records.newest_figures([], at(0)) == {}
+
+
+def test_usual_figures_leave_out_the_run_being_judged(db_store: Store) -> None:
+    """A burst's own finished runs are not their own yardstick: on a store whose only
+    baselines are the burst's, nobody has a usual level (the CI hang of 2026-11-24)."""
+    records = SlurmRecords(db_store)
+    runs = []
+    for hours in (0, 1):
+        run = db_store.start_run(Trigger.PROLOG, ["node01"], {}, "7", "x", at(hours))
+        db_store.record_probe(run, full_probe("node01"), 1)
+        db_store.record_verdicts(
+            run, RunSummary((verdict("node01", Status.OK, read_mb_s=1000.0 + hours),))
+        )
+        db_store.finish_run(run, at(hours + 0.01))
+        runs.append(run)
+    got = records.usual_figures(["node01"], 5, None, None, skip_runs={"node01": runs[1]})
+    assert got["read"] == {"node01": [1000.0 * MB]}
+    got = records.usual_figures(["node01"], 5, None, None, skip_runs={"node01": runs[0]})
+    assert got["read"] == {"node01": [1001.0 * MB]}
+    both = records.usual_figures(["node01"], 5, None, None, skip_runs={})
+    assert both["read"] == {"node01": [1001.0 * MB, 1000.0 * MB]}
+    assert records.usual_figures(["node01"], 1, None, None, skip_runs={})["read"] == {
+        "node01": [1001.0 * MB]
+    }
 
 
 def test_in_job_attribution_of_a_small_job_says_too_few_nodes_not_none() -> None:

@@ -26,10 +26,11 @@ from screener.hooks.decide import (
     settle_intent,
     small_allocation,
 )
-from screener.hooks.fleet_guard import FleetFigures, FleetView, fleet_view
+from screener.hooks.fleet_guard import DIRECTIONS, FleetFigures, FleetView, fleet_view
 from screener.hostlist import fold_nodes
 from screener.policy import Policy
-from screener.probe_data import RunSummary, Trigger
+from screener.probe.fio import recipe_fingerprint
+from screener.probe_data import RunSummary, Status, Trigger
 from screener.slurm.client import SlurmClient, SlurmNode
 from screener.store.locks import actions_lock
 from screener.store.slurm_records import SlurmRecords
@@ -63,10 +64,12 @@ def decide_drains(
     the distinct partition nodes screener drained within the window; a shared cause and
     the nodes it absolved ride along so apply_drains records them. A small allocation
     (``allocated``, fewer than ``guard_min_allocation``) is judged on the fleet's figures."""
+    verdicts = drainable(summary, policy.verdict.confirm)
     slow = [
         (v.node, drain_reason(policy.slurm.tag, v, summary.peer_read_median_mb_s, run_id))
-        for v in drainable(summary, policy.verdict.confirm)
+        for v in verdicts
     ]
+    directions = {v.node: "write" if v.status == Status.SLOW_WRITE else "read" for v in verdicts}
     recent: set[str] = set()
     fleet = None
     if slow and records is not None and partition_nodes:
@@ -75,7 +78,7 @@ def decide_drains(
         if allocated and small_allocation(len(allocated), policy.slurm):
             fleet = _fleet(records, partition_nodes, policy, now)
     plan = plan_drains(
-        slow, allocation, len(partition_nodes), recent, policy.slurm, fleet, allocated
+        slow, allocation, len(partition_nodes), recent, policy.slurm, fleet, allocated, directions
     )
     if not summary.shared_cause:
         return plan
@@ -89,16 +92,25 @@ def decide_drains(
 def _fleet(
     records: SlurmRecords, partition_nodes: Sequence[str], policy: Policy, now: datetime
 ) -> FleetView:
-    """The partition's figures of the last ``fleet_window_s`` against its baselines."""
-    from screener.pipeline import own_history  # only small allocations with a slow node
-
+    """The partition's figures of the last ``fleet_window_s`` against its baselines (of runs
+    other than each node's newest: a burst's own figures are never their own yardstick)."""
+    vp = policy.verdict
     window = policy.slurm.fleet_window_s
-    figures = FleetFigures(
-        now_read=records.newest_reads(partition_nodes, now - timedelta(seconds=window)),
-        usual_read=own_history(records.store, partition_nodes, policy, now),
-        window_s=window,
+    newest = records.newest_figures(partition_nodes, now - timedelta(seconds=window))
+    history_since = (
+        now - timedelta(days=vp.history_max_age_days) if vp.history_max_age_days else None
     )
-    return fleet_view(figures, policy.verdict.history_drop)
+    usual = records.usual_figures(
+        partition_nodes,
+        vp.history_runs,
+        recipe_fingerprint(policy.probe),
+        history_since,
+        skip_runs={n: run for n, (run, _) in newest.items()},
+    )
+    now_figures = {
+        d: {n: figs[d] for n, (_, figs) in newest.items() if d in figs} for d in DIRECTIONS
+    }
+    return fleet_view(FleetFigures(now_figures, usual, window), vp.history_drop)
 
 
 def await_fleet(

@@ -124,6 +124,7 @@ def plan_drains(
     policy: SlurmPolicy,
     fleet: FleetView | None = None,
     allocated: Sequence[str] = (),
+    directions: Mapping[str, str] | None = None,
 ) -> DrainPlan:
     """Apply the mass-drain guard to ``slow`` (node, reason) pairs.
 
@@ -135,7 +136,9 @@ def plan_drains(
 
     An allocation smaller than ``guard_min_allocation`` is no evidence of a shared cause
     (1 of 1 slow says nothing): with ``fleet`` (the partition's recent figures) the fleet
-    judges instead, over the same fraction; the partition guard applies either way.
+    judges instead, over the same fraction, in the direction each node is slow in
+    (``directions``: node -> "read"/"write", read when unsaid); the partition guard applies
+    either way.
     """
     if not slow:
         return DrainPlan()
@@ -143,8 +146,9 @@ def plan_drains(
     n = len(slow)
     basis = None
     if fleet is not None and small_allocation(allocation, policy):
+        said = {n: (directions or {}).get(n, "read") for n in names}
         hold, basis = judge_small(
-            names, allocated, fleet, policy.max_drain_fraction, policy.fleet_min_nodes
+            said, allocated, fleet, policy.max_drain_fraction, policy.fleet_min_nodes
         )
         if hold:
             return DrainPlan(guard=f"guard: {basis}", blocked=names)

@@ -40,6 +40,7 @@ def ranked_per_node(names: Sequence[str], recipe: str | None, since: datetime | 
     return (
         select(
             NodeRecord.name,
+            VerdictRecord.run_id,
             VerdictRecord.read_mb_s,
             VerdictRecord.write_mb_s,
             VerdictRecord.rand_read_iops,

@@ -3,7 +3,7 @@ sweep counters. Kept apart from store.py; works on any Store (SQLite or PostgreS
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 
 from sqlalchemy import insert, or_, select, update
@@ -11,7 +11,7 @@ from sqlalchemy import insert, or_, select, update
 from screener.errors import ConfigError
 from screener.hostlist import expand_nodeset
 from screener.probe_data import Status, Trigger
-from screener.store import convert
+from screener.store import convert, history
 from screener.store.base import aware, ensure_nodes
 from screener.store.drain_intents import DrainIntents, PendingDrain, open_episode_in
 from screener.store.tables import (
@@ -125,10 +125,16 @@ class SlurmRecords(DrainIntents):
         return out
 
     def record_fast_path(
-        self, passed: dict[str, datetime], job_id: str, at: datetime, fresh_s: float
+        self,
+        passed: dict[str, datetime],
+        job_id: str,
+        at: datetime,
+        fresh_s: float,
+        notes: Mapping[str, str] | None = None,
     ) -> None:
         """One ``fast_path`` event per node the prolog let join ``job_id`` unprobed (it
-        passed at ``passed[node]``), in one transaction: `accuracy` counts them as OK."""
+        passed at ``passed[node]``; ``notes[node]``, its sentinel's figure), in one
+        transaction: `accuracy` counts them as OK."""
         if not passed:
             return
         when = aware(at, "at")
@@ -142,7 +148,9 @@ class SlurmRecords(DrainIntents):
                         "at": when,
                         "action": "fast_path",
                         "reason": f"passed at {aware(t, 'passed').isoformat(timespec='seconds')}"
-                        f" (within prolog.fresh_s = {fresh_s:g} s): not probed",
+                        f" (within prolog.fresh_s = {fresh_s:g} s)"
+                        + (f"; {notes[n]}" if notes and n in notes else "")
+                        + ": not probed",
                         "job_id": job_id,
                     }
                     for n, t in passed.items()
@@ -199,22 +207,31 @@ class SlurmRecords(DrainIntents):
             ).all()
         return {r.name for r in rows}
 
-    def newest_reads(self, nodes: Sequence[str], since: datetime) -> dict[str, float]:
-        """Each node's newest seq-read figure (bytes/s) of a probe round in a run started at or
-        after ``since``, finished or not: concurrent prologs store round 1 before they judge,
-        so the fleet guard sees what they measured (hooks/fleet_guard.py)."""
+    def newest_figures(
+        self, nodes: Sequence[str], since: datetime
+    ) -> dict[str, tuple[int, dict[str, float]]]:
+        """Each node's newest probe round in a run started at or after ``since``, finished or
+        not (concurrent prologs store round 1 before they judge, so the fleet guard sees what
+        they measured, hooks/fleet_guard.py): (run id, {"read"/"write": bytes/s})."""
         if not nodes:
             return {}
+        kinds = {"seq_read": "read", "seq_write": "write"}
         with self.store.reading("read the fleet's newest figures") as conn:
             rows = conn.execute(
-                select(NodeRecord.name, ProbeJobRecord.bw_bytes)
+                select(
+                    NodeRecord.name,
+                    RunRecord.id,
+                    NodeProbeRecord.id.label("probe_id"),
+                    ProbeJobRecord.kind,
+                    ProbeJobRecord.bw_bytes,
+                )
                 .join(NodeProbeRecord, NodeProbeRecord.node_id == NodeRecord.id)
                 .join(RunRecord, RunRecord.id == NodeProbeRecord.run_id)
                 .join(ProbeJobRecord, ProbeJobRecord.node_probe_id == NodeProbeRecord.id)
                 .where(
                     NodeRecord.name.in_(list(nodes)),
                     RunRecord.started_at >= aware(since, "since"),
-                    ProbeJobRecord.kind == "seq_read",
+                    ProbeJobRecord.kind.in_(list(kinds)),
                     ProbeJobRecord.error == 0,
                     NodeProbeRecord.error.is_(None),
                 )
@@ -225,9 +242,45 @@ class SlurmRecords(DrainIntents):
                     NodeProbeRecord.round.desc(),
                 )
             ).all()
-        out: dict[str, float] = {}
+        out: dict[str, tuple[int, dict[str, float]]] = {}
+        chosen: dict[str, int] = {}  # node -> the probe (round) its figures come from
         for r in rows:
-            out.setdefault(r.name, float(r.bw_bytes))
+            if chosen.setdefault(r.name, r.probe_id) != r.probe_id:
+                continue  # an older round or run of a node already placed
+            out.setdefault(r.name, (int(r.id), {}))[1][kinds[r.kind]] = float(r.bw_bytes)
+        return out
+
+    def usual_figures(
+        self,
+        nodes: Sequence[str],
+        limit: int,
+        recipe: str | None,
+        since: datetime | None,
+        skip_runs: Mapping[str, int],
+    ) -> dict[str, dict[str, list[float]]]:
+        """ "read"/"write" -> node -> its newest ``limit`` baseline figures (bytes/s; same
+        recipe, since ``since``), leaving out the run ``skip_runs[node]``: the figure being
+        judged is never part of its own usual level."""
+        out: dict[str, dict[str, list[float]]] = {"read": {}, "write": {}}
+        if limit <= 0 or not nodes:
+            return out
+        at = None if since is None else aware(since, "since")
+        ranked = history.ranked_per_node(list(nodes), recipe, at)
+        with self.store.reading("read the fleet's usual figures") as conn:
+            rows = conn.execute(
+                select(ranked.c.name, ranked.c.run_id, ranked.c.read_mb_s, ranked.c.write_mb_s)
+                .where(ranked.c.rank <= limit + 1)
+                .order_by(ranked.c.name, ranked.c.rank)
+            ).all()
+        for r in rows:
+            if r.run_id == skip_runs.get(r.name):
+                continue
+            reads = out["read"].setdefault(r.name, [])
+            if len(reads) >= limit:
+                continue
+            reads.append(float(r.read_mb_s) * 1e6)
+            if r.write_mb_s is not None:
+                out["write"].setdefault(r.name, []).append(float(r.write_mb_s) * 1e6)
         return out
 
     def unprobed_in_flight(
