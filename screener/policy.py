@@ -133,6 +133,11 @@ class PrologPolicy:
     budget_s: float = 60.0  # decide with what is done by then; keep well under the timeout
     fresh_s: float = 3600.0  # a node that passed this recently is not probed again ...
     flaky_window_s: float = 86400.0  # ... unless it had a slow episode within this window
+    # ... and unless its sentinel fails: a short QD32 O_DIRECT read of the kept probe file,
+    # below sentinel_drop x the node's usual seq read, sends it to the full probe (issue 28).
+    sentinel: bool = True
+    sentinel_s: float = 0.25
+    sentinel_drop: float = 0.5
     fail_closed: bool = False  # on an internal error: False = let the job run, True = requeue
     release_requeued: bool = True  # after a drain, make the requeued job eligible at once
     iostat: bool = True  # start in-job iostat on the screened nodes (stopped by the epilog)
@@ -346,6 +351,8 @@ _BOUNDS: dict[str, tuple[float, float, bool]] = {
     "prolog.budget_s": (1, _DAY, False),
     "prolog.fresh_s": (0, _YEAR, False),
     "prolog.flaky_window_s": (0, _YEAR, False),
+    "prolog.sentinel_s": (0.05, 60, False),
+    "prolog.sentinel_drop": (0, 1, True),
     "prolog.iostat_interval_s": (1, 3600, False),
     "prolog.iostat_max_s": (1, _YEAR, False),
     "prolog.job_r_await_factor": (1, _FACTOR, True),

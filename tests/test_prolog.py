@@ -208,3 +208,16 @@ def test_in_job_iostat_stored_and_node_slowed_mid_job_gets_episode(site: dict[st
         assert [(e[0], e[3]) for e in records.episodes(nodes[0])] == [("job", job_id)]
         assert records.episodes(nodes[1]) == [] and records.episodes(nodes[2]) == []
     assert f"{nodes[0]}: in-job slow episode" in site["log"].read_text()
+    # The rule (docs/slurm.md): a node with an in-job slow episode is re-probed by the next
+    # prolog, never let in on the fast path, even once it reads well again (issue 28).
+    cluster.heal(nodes[0])
+    again = _hosts_job(site, 3, "-w", ",".join(nodes), "--comment", "screener=on")
+    assert wait_job(cluster, again)["job_state"] == "COMPLETED", site["log"].read_text()
+    with open_store(site["db"]) as store:
+        run = next(
+            r for r in store.latest_runs(20) if r.trigger.value == "prolog" and r.job_id == again
+        )
+        assert nodes[0] in {p.node for p in store.run_probes(run.id)}
+        # the first job probed every node (a fresh DB): no fast path for it, ever
+        fast = [e for e in store.node_events(nodes[0]) if e.action == "fast_path"]
+        assert not fast, fast

@@ -181,11 +181,17 @@ def _screen_job(
         last = records.last_pass(job.nodes)
         flaky = records.flaky_since(job.nodes, now - timedelta(seconds=pp.flaky_window_s))
         skip, probe = fast_path(job.nodes, last, flaky, now, pp.fresh_s)
+    notes: dict[str, str] = {}
+    iostat_started = False
+    if skip and records is not None and pp.sentinel:
+        skip, probe, notes = _sentinels(policy, job, records, skip, probe, log)
+        iostat_started = pp.iostat and not probe
     if skip:
-        log(f"fast path: {fold_nodes(skip)} passed within {pp.fresh_s:g}s, not probed")
+        checked = ", sentinel as usual" if notes else ""
+        log(f"fast path: {fold_nodes(skip)} passed within {pp.fresh_s:g}s{checked}, not probed")
         if records is not None:  # so `accuracy` knows they joined the job screened OK
             passed = {n: last[n] for n in skip}
-            records.record_fast_path(passed, job.job_id, datetime.now(UTC), pp.fresh_s)
+            records.record_fast_path(passed, job.job_id, datetime.now(UTC), pp.fresh_s, notes)
     outcome: list[int] = []
 
     async def after(transport: Transport, result: ScreenResult) -> None:
@@ -206,7 +212,7 @@ def _screen_job(
             db_unavailable=unavailable,
             after=after,
         )
-    elif pp.iostat:
+    elif pp.iostat and not iostat_started:
         asyncio.run(_iostat_only(policy, job, log))
     code = outcome[0] if outcome else 0
     if code == EXIT_REQUEUE:
@@ -216,6 +222,34 @@ def _screen_job(
         return EXIT_REQUEUE
     log(f"job {job.job_id}: may start ({time.monotonic() - t0:.1f}s)")
     return code
+
+
+def _sentinels(
+    policy: Policy,
+    job: SlurmJob,
+    records: SlurmRecords,
+    fresh: list[str],
+    probe: list[str],
+    log: HookLog,
+) -> tuple[list[str], list[str], dict[str, str]]:
+    """(skip, probe, notes): fresh nodes whose sentinel still reads like them stay on the
+    fast path (their note says what it read); the others join the full probe (issue 28).
+    With nothing else to probe, in-job iostat starts on the sentinel's connections."""
+    from screener.hooks.fast_sentinel import sentinel_then_iostat
+    from screener.probe.fio import recipe_fingerprint
+
+    vp = policy.verdict
+    now = datetime.now(UTC)
+    since = now - timedelta(days=vp.history_max_age_days) if vp.history_max_age_days else None
+    usual = records.store.read_histories(
+        fresh, vp.history_runs, recipe_fingerprint(policy.probe), since
+    )
+    results = asyncio.run(sentinel_then_iostat(policy, job, fresh, usual, bool(probe), log))
+    failed = [r for r in results if not r.passed]
+    for r in failed:
+        log(f"{r.node}: {r.reason}: full probe")
+    skip = [r.node for r in results if r.passed]
+    return skip, [*probe, *(r.node for r in failed)], {r.node: r.reason for r in results}
 
 
 def _act(

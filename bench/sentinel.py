@@ -1,0 +1,144 @@
+"""The fast path's sentinel (issue 28): what it costs and which slowdowns it sees.
+
+On a 4-node emulated cluster, every device paced to one rate (300 MB/s, so the 2 shared
+cores do not decide), each node is screened once (its usual seq read). Then one node is
+throttled to 1/1 (healthy), 1/1.5, 1/2, 1/3, 1/4, 1/10 and 1/25 of that rate, and the
+sentinel runs on all four nodes at once, as the prolog runs it (asyncssh, the node's own
+usual level, `prolog.sentinel_drop`), for each sentinel length. Per cell: how often the
+throttled node failed the sentinel (detection), how often a healthy node did (false
+alarms), the ratio it read, and the wall of one sentinel round over the four nodes.
+Writes bench/results/sentinel.json.
+
+    .venv/bin/python bench/sentinel.py [--repeat 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from deploy.minicluster import Cluster, ClusterHandle
+from deploy.minicluster.slots import claim_slot
+from screener import __version__
+from screener.app import make_transport
+from screener.hooks.fast_sentinel import run_sentinels
+from screener.policy import load_policy
+from screener.probe.fio import recipe_fingerprint
+from screener.store import open_store
+from tests.hooked_cluster import SCREENER, write_config
+
+RESULTS = Path(__file__).resolve().parent / "results" / "sentinel.json"
+NODES = 4
+PACE_MB_S = 300
+SLOWDOWNS = (1.0, 1.5, 2.0, 3.0, 4.0, 10.0, 25.0)
+LENGTHS_S = (0.1, 0.25, 0.5)
+
+
+def throttle(cluster: ClusterHandle, node: str, mb_s: float) -> None:
+    cluster.inject(node, "slow_read", f"{int(mb_s)}M")
+    cluster.inject(node, "slow_write", f"{PACE_MB_S}M")
+
+
+async def one_round(cfg: Path, length: float, usual: dict[str, list[float]]) -> tuple[Any, float]:
+    policy = load_policy(cfg)
+    policy = dataclasses.replace(
+        policy, prolog=dataclasses.replace(policy.prolog, sentinel_s=length)
+    )
+    transport = make_transport(policy.transport)
+    try:
+        t0 = time.monotonic()
+        results = await run_sentinels(transport, list(usual), usual, policy)
+        return results, time.monotonic() - t0
+    finally:
+        await transport.close()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=5)
+    args = ap.parse_args()
+    cells: list[dict[str, Any]] = []
+    drop = 0.0
+    with claim_slot() as slot, tempfile.TemporaryDirectory() as tmp:
+        mc = Cluster(slot.state_dir)
+        try:
+            cluster = ClusterHandle(
+                mc, mc.up(NODES, subnet=slot.subnet, slurm_port_base=slot.slurm_port_base)
+            )
+            db = f"sqlite:///{tmp}/screener.db"
+            cfg = Path(tmp) / "screener.toml"
+            write_config(cfg, cluster, db, Path(tmp) / "log")
+            for n in cluster.nodes:
+                throttle(cluster, n, PACE_MB_S)
+            env = {**cluster.env(), "SCREENER_CONFIG": str(cfg)}
+            base = subprocess.run(
+                [str(SCREENER), "screen", ",".join(cluster.nodes)],
+                env=env, capture_output=True, text=True, timeout=600,
+            )  # fmt: skip
+            assert base.returncode == 0, base.stdout + base.stderr
+            policy = load_policy(cfg)
+            drop = policy.prolog.sentinel_drop
+            with open_store(db) as store:
+                usual = store.read_histories(
+                    cluster.nodes, 5, recipe_fingerprint(policy.probe), None
+                )
+            victim, healthy = cluster.nodes[0], cluster.nodes[1:]
+            for slowdown in SLOWDOWNS:
+                throttle(cluster, victim, PACE_MB_S / slowdown)
+                for length in LENGTHS_S:
+                    caught = alarms = 0
+                    ratios: list[float] = []
+                    walls: list[float] = []
+                    for _ in range(args.repeat):
+                        results, wall = asyncio.run(one_round(cfg, length, usual))
+                        walls.append(wall)
+                        by = {r.node: r for r in results}
+                        v = by[victim]
+                        caught += not v.passed
+                        alarms += sum(not by[h].passed for h in healthy)
+                        if v.read_bw and v.usual_bw:
+                            ratios.append(v.read_bw / v.usual_bw)
+                    cell = {
+                        "slowdown": slowdown,
+                        "sentinel_s": length,
+                        "detected": f"{caught}/{args.repeat}",
+                        "false_alarms": f"{alarms}/{args.repeat * len(healthy)}",
+                        "ratio_median": round(statistics.median(ratios), 3) if ratios else None,
+                        "round_wall_s_median": round(statistics.median(walls), 3),
+                    }
+                    cells.append(cell)
+                    print(json.dumps(cell), flush=True)
+        finally:
+            mc.down()
+    doc = {
+        "benchmark": "sentinel",
+        "date": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "screener": __version__,
+        "cores": os.cpu_count(),
+        "nodes": NODES,
+        "pace_mb_s": PACE_MB_S,
+        "sentinel_drop": drop,
+        "repeat": args.repeat,
+        "cells": cells,
+        "load_average_at_end": [round(x, 1) for x in os.getloadavg()],
+    }
+    RESULTS.parent.mkdir(exist_ok=True)
+    RESULTS.write_text(json.dumps(doc, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

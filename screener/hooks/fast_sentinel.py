@@ -1,0 +1,68 @@
+"""Prolog side of the fast path's sentinel (issue 28): run it on every fresh node at once,
+judge each against the node's own usual seq read, and start in-job iostat on the same
+connections when the whole allocation stays on the fast path."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+
+from screener.errors import ProbeError, TransportError
+from screener.hooks.hooklog import HookLog
+from screener.policy import Policy
+from screener.probe.fio import parse_fio
+from screener.probe.sentinel import SENTINEL_JOB, SentinelResult, judge_sentinel, sentinel_argv
+from screener.slurm.client import SlurmJob
+from screener.transport.base import Transport, check
+
+# Seconds allowed beyond the sentinel's own runtime (connect, fio start, in-flight drain):
+# a node that takes longer is not "as fast as last time", so it gets the full probe.
+SENTINEL_SLACK_S = 5.0
+
+
+async def run_sentinels(
+    transport: Transport,
+    nodes: Sequence[str],
+    usual: Mapping[str, Sequence[float]],
+    policy: Policy,
+) -> list[SentinelResult]:
+    """Each node's sentinel, all at once; errors become failed sentinels (full probe)."""
+    pp = policy.prolog
+    argv = sentinel_argv(policy.probe, pp.sentinel_s)
+    timeout = min(policy.transport.command_timeout_s, pp.sentinel_s + SENTINEL_SLACK_S)
+
+    async def one(node: str) -> SentinelResult:
+        try:
+            res = check(await transport.run(node, argv, timeout=timeout))
+            job = parse_fio(res.stdout, node).job(SENTINEL_JOB)
+            if job is None:
+                raise ProbeError(node, f"fio output has no {SENTINEL_JOB} job")
+            bw, error = job.bw_bytes, None
+        except (TransportError, ProbeError) as exc:
+            bw, error = None, str(exc)
+        return judge_sentinel(node, bw, error, usual.get(node, ()), pp.sentinel_drop)
+
+    return list(await asyncio.gather(*(one(n) for n in nodes)))
+
+
+async def sentinel_then_iostat(
+    policy: Policy,
+    job: SlurmJob,
+    fresh: Sequence[str],
+    usual: Mapping[str, Sequence[float]],
+    others_probed: bool,
+    log: HookLog,
+) -> list[SentinelResult]:
+    """Sentinels on ``fresh``; when they all pass and no other node is to be probed, start
+    in-job iostat over the same connections (the probe path starts it otherwise)."""
+    from screener.app import make_transport
+    from screener.hooks.start_iostat import start_job_iostat
+
+    transport = make_transport(policy.transport)
+    try:
+        results = await run_sentinels(transport, fresh, usual, policy)
+        if policy.prolog.iostat and not others_probed and all(r.passed for r in results):
+            await start_job_iostat(transport, job, {}, policy, log)
+        return results
+    finally:
+        await transport.close()

@@ -1,0 +1,91 @@
+"""No blind hour (issue 28), on the emulated cluster: real slurmctld runs the project's
+prolog. Every node passes a screen (so all are fresh for an hour), then one node's reads
+drop to ~1/25 (a blkio throttle): the next screened job's sentinel sees it, the full probe
+confirms it, the node is drained and the job requeued onto healthy nodes. Devices are paced
+to one rate first (tests/hooked_cluster.PACE) so the 2 shared cores do not decide."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from deploy.minicluster import ClusterHandle
+from screener.store import open_store
+from tests.hooked_cluster import (
+    module_cluster,
+    pace_devices,
+    run_screener,
+    sbatch,
+    sinfo_nodes,
+    site_info,
+    wait_job,
+)
+
+pytestmark = pytest.mark.cluster
+
+NODES = 5
+SLOW = "12M"  # ~1/25 of PACE (300M): issue 28's node that turned slow after passing
+
+
+@pytest.fixture(scope="module")
+def hooked(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ClusterHandle, Path]]:
+    yield from module_cluster(tmp_path_factory, "sentinel", NODES)
+
+
+@pytest.fixture()
+def site(hooked: tuple[ClusterHandle, Path], tmp_path: Path) -> Iterator[dict[str, Any]]:
+    """A fresh DB where every node passed a screen moments ago (fresh for prolog.fresh_s)."""
+    cluster, d = hooked
+    info = site_info(cluster, d, tmp_path, prolog={"iostat": False})
+    pace_devices(cluster, list(cluster.nodes))
+    base = run_screener(cluster, info["config"], "screen", ",".join(cluster.nodes))
+    assert base.returncode == 0, base.stdout + base.stderr
+    yield info
+    cluster.reset()
+
+
+def _job(site: dict[str, Any], nodes: int) -> tuple[dict[str, Any], set[str]]:
+    out = site["out"] / "hosts-%j.txt"
+    job_id = sbatch(
+        site["cluster"], "-N", str(nodes), "-o", str(out), "--comment", "screener=on",
+        "--wrap", "srun hostname",
+    )  # fmt: skip
+    job = wait_job(site["cluster"], job_id, timeout=300)
+    assert job["job_state"] == "COMPLETED", site["log"].read_text()
+    return job, set((site["out"] / f"hosts-{job_id}.txt").read_text().split())
+
+
+def _prolog_runs(site: dict[str, Any]) -> list[Any]:
+    with open_store(site["db"]) as store:
+        return [r for r in store.latest_runs(50) if r.trigger.value == "prolog"]
+
+
+def test_node_slowed_after_passing_is_drained_by_the_next_prolog(site: dict[str, Any]) -> None:
+    cluster = site["cluster"]
+    slow = cluster.nodes[0]  # select/linear allocates the lowest idle nodes first
+    cluster.inject(slow, "slow_read", SLOW)
+    job, ran = _job(site, NODES - 1)
+    log = site["log"].read_text()
+    assert job["restart_cnt"] >= 1, log  # requeued by the failing prolog
+    assert slow not in ran and len(ran) == NODES - 1, (ran, log)
+    assert f"{slow}: sentinel read " in log and "(< 0.5): full probe" in log, log
+    assert f"{slow}: SLOW_READ" in log, log
+    node = sinfo_nodes(cluster)[slow]
+    assert "DRAIN" in node["state_flags"] and node["reason"].startswith("screener: rd "), node
+    # the sentinel's figure is on record with each node it let in (`screener history NODE`)
+    with open_store(site["db"]) as store:
+        fast = [e for n in ran for e in store.node_events(n) if e.action == "fast_path"]
+    assert fast and all("sentinel read " in e.reason for e in fast), fast
+
+
+def test_all_fresh_and_healthy_runs_no_full_probe(site: dict[str, Any]) -> None:
+    before = len(_prolog_runs(site))
+    job, ran = _job(site, NODES)
+    log = site["log"].read_text()
+    assert job["restart_cnt"] == 0 and len(ran) == NODES, log
+    # every node's sentinel read like its screen did: nobody probed, no run stored
+    assert len(_prolog_runs(site)) == before, log
+    assert "fast path: " in log and "full probe" not in log, log
