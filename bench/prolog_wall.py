@@ -36,7 +36,7 @@ from deploy.minicluster import Cluster, ClusterHandle
 from deploy.minicluster.slots import claim_slot
 from screener import __version__
 from screener.store import open_store
-from tests.hooked_cluster import SCREENER, write_config
+from tests.hooked_cluster import PACE, SCREENER, pace_devices, write_config
 
 RESULTS = Path(__file__).resolve().parent / "results" / "prolog_wall.json"
 NODES = 10
@@ -111,6 +111,10 @@ def main() -> int:
             cluster = ClusterHandle(
                 mc, mc.up(NODES, subnet=slot.subnet, slurm_port_base=slot.slurm_port_base)
             )
+            # The device sets each node's rate (as on real nodes), not the 2 shared cores:
+            # unpaced, the emulated sentinel reads 0.3-0.7x of the probe's figure
+            # (docs/detection.md) and the fast path would fall back to full probes.
+            pace_devices(cluster, list(cluster.nodes))
             db = f"sqlite:///{tmp}/screener.db"
             cfg = Path(tmp) / "screener.toml"
             job = 1000
@@ -177,6 +181,7 @@ def main() -> int:
         "allocation": ALLOC,
         "cluster_nodes": NODES,
         "probe": "3 fio jobs x (0.5 s ramp + 1.5 s), 64 MiB region, QD32, direct=1",
+        "devices_paced": PACE,
         "targets_s": {"fresh_overhead": 2.0, "fast_path_wall": 1.0},
         "fresh_no_iostat": runs_fresh,
         "fresh_with_iostat": runs_fresh_iostat,

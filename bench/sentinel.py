@@ -41,6 +41,7 @@ from screener.store import open_store
 from tests.hooked_cluster import SCREENER, write_config
 
 RESULTS = Path(__file__).resolve().parent / "results" / "sentinel.json"
+UNPACED = RESULTS.with_name("sentinel_unpaced.json")
 NODES = 4
 PACE_MB_S = 300
 SLOWDOWNS = (1.0, 1.5, 2.0, 3.0, 4.0, 10.0, 25.0)
@@ -69,6 +70,8 @@ async def one_round(cfg: Path, length: float, usual: dict[str, list[float]]) -> 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--unpaced", action="store_true", help="no pacing: healthy nodes only")
+    ap.add_argument("--nodes", type=int, default=NODES)
     args = ap.parse_args()
     cells: list[dict[str, Any]] = []
     drop = 0.0
@@ -76,12 +79,12 @@ def main() -> int:
         mc = Cluster(slot.state_dir)
         try:
             cluster = ClusterHandle(
-                mc, mc.up(NODES, subnet=slot.subnet, slurm_port_base=slot.slurm_port_base)
+                mc, mc.up(args.nodes, subnet=slot.subnet, slurm_port_base=slot.slurm_port_base)
             )
             db = f"sqlite:///{tmp}/screener.db"
             cfg = Path(tmp) / "screener.toml"
             write_config(cfg, cluster, db, Path(tmp) / "log")
-            for n in cluster.nodes:
+            for n in [] if args.unpaced else cluster.nodes:
                 throttle(cluster, n, PACE_MB_S)
             env = {**cluster.env(), "SCREENER_CONFIG": str(cfg)}
             base = subprocess.run(
@@ -96,11 +99,13 @@ def main() -> int:
                     cluster.nodes, 5, recipe_fingerprint(policy.probe), None
                 )
             victim, healthy = cluster.nodes[0], cluster.nodes[1:]
-            for slowdown in SLOWDOWNS:
-                throttle(cluster, victim, PACE_MB_S / slowdown)
+            for slowdown in (1.0,) if args.unpaced else SLOWDOWNS:
+                if not args.unpaced:
+                    throttle(cluster, victim, PACE_MB_S / slowdown)
                 for length in LENGTHS_S:
                     caught = alarms = 0
                     ratios: list[float] = []
+                    healthy_ratios: list[float] = []
                     walls: list[float] = []
                     for _ in range(args.repeat):
                         results, wall = asyncio.run(one_round(cfg, length, usual))
@@ -109,6 +114,11 @@ def main() -> int:
                         v = by[victim]
                         caught += not v.passed
                         alarms += sum(not by[h].passed for h in healthy)
+                        healthy_ratios += [
+                            by[h].read_bw / by[h].usual_bw
+                            for h in healthy
+                            if by[h].read_bw and by[h].usual_bw
+                        ]
                         if v.read_bw and v.usual_bw:
                             ratios.append(v.read_bw / v.usual_bw)
                     cell = {
@@ -118,6 +128,9 @@ def main() -> int:
                         "false_alarms": f"{alarms}/{args.repeat * len(healthy)}",
                         "ratio_median": round(statistics.median(ratios), 3) if ratios else None,
                         "round_wall_s_median": round(statistics.median(walls), 3),
+                        "healthy_ratio_min": round(min(healthy_ratios), 3)
+                        if healthy_ratios
+                        else None,
                     }
                     cells.append(cell)
                     print(json.dumps(cell), flush=True)
@@ -128,15 +141,15 @@ def main() -> int:
         "date": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "screener": __version__,
         "cores": os.cpu_count(),
-        "nodes": NODES,
-        "pace_mb_s": PACE_MB_S,
+        "nodes": args.nodes,
+        "pace_mb_s": None if args.unpaced else PACE_MB_S,
         "sentinel_drop": drop,
         "repeat": args.repeat,
         "cells": cells,
         "load_average_at_end": [round(x, 1) for x in os.getloadavg()],
     }
     RESULTS.parent.mkdir(exist_ok=True)
-    RESULTS.write_text(json.dumps(doc, indent=2) + "\n")
+    (UNPACED if args.unpaced else RESULTS).write_text(json.dumps(doc, indent=2) + "\n")
     return 0
 
 

@@ -136,7 +136,7 @@ class PrologPolicy:
     # ... and unless its sentinel fails: a short QD32 O_DIRECT read of the kept probe file,
     # below sentinel_drop x the node's usual seq read, sends it to the full probe (issue 28).
     sentinel: bool = True
-    sentinel_s: float = 0.25
+    sentinel_s: float = 0.1
     sentinel_drop: float = 0.5
     fail_closed: bool = False  # on an internal error: False = let the job run, True = requeue
     release_requeued: bool = True  # after a drain, make the requeued job eligible at once
