@@ -1,0 +1,249 @@
+"""Do verdicts repeat? (issue 24) The same fault classes screened N times on an 8-node
+emulated fleet, each scenario with a fresh store and again with history, as issue 24 tried
+them: the policy a small-scratch site writes (256 MiB region, runtime 2 s, ramp 0.5 s) and
+unpaced devices (healthy nodes spread ~2x within one run on the 2 shared cores).
+
+Scenarios (rates relative to the healthy median measured by a calibration screen):
+- healthy: nobody throttled; every node OK.
+- pair_quarter: two nodes read at 1/4; both SLOW_READ.
+- one_third: one node reads at 1/3; SLOW_READ.
+- stalls: one node's reads stop ~150 ms about every second (bench/stall.py); flagged
+  (DEGRADED or SLOW).
+- shared_7of8: seven nodes read at 1/6 together, one untouched; nobody SLOW (a shared
+  cause is not blamed on one node).
+
+Per scenario, mode and node: how often the verdict came out as expected, and each verdict's
+margin to the deciding thresholds (read / peer median against `min_peer_drop`, robust z
+against `-z_threshold`). Writes bench/results/repeatability.json and prints the table.
+
+    .venv/bin/python bench/repeatability.py [--repeat 5] [--scenarios a,b]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.stall import Stall
+from deploy.minicluster import Cluster, ClusterHandle
+from deploy.minicluster.slots import claim_slot
+from screener import __version__
+from tests.hooked_cluster import SCREENER, write_config
+
+RESULTS = Path(__file__).resolve().parent / "results" / "repeatability.json"
+NODES = 8
+PROBE = {"size_mib": 256, "runtime_s": 2.0, "ramp_s": 0.5}
+SLOW = ("SLOW_READ", "SLOW_WRITE")
+
+# scenario -> (throttled node index -> fraction of the healthy median, or "stall"),
+#             expectation per node index (default "OK")
+Scenario = tuple[dict[int, float | str], dict[int, str], str]
+SCENARIOS: dict[str, Scenario] = {
+    "healthy": ({}, {}, "OK"),
+    "pair_quarter": ({1: 0.25, 4: 0.25}, {1: "SLOW", 4: "SLOW"}, "OK"),
+    "one_third": ({2: 1 / 3}, {2: "SLOW"}, "OK"),
+    "stalls": ({3: "stall"}, {3: "FLAGGED"}, "OK"),
+    "shared_7of8": ({i: 1 / 6 for i in range(7)}, {}, "NOT_SLOW"),
+}
+
+
+def matches(expected: str, status: str) -> bool:
+    if expected == "SLOW":
+        return status in SLOW
+    if expected == "FLAGGED":
+        return status != "OK"
+    if expected == "NOT_SLOW":
+        return status not in SLOW
+    return status == expected
+
+
+def screen(cluster: ClusterHandle, cfg: Path) -> dict[str, Any]:
+    env = {**cluster.env(), "SCREENER_CONFIG": str(cfg)}
+    res = subprocess.run(
+        [str(SCREENER), "screen", ",".join(cluster.nodes), "--json"],
+        env=env, capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    if res.returncode not in (0, 3):
+        raise RuntimeError(f"screen exited {res.returncode}: {res.stderr[-2000:]}")
+    doc: dict[str, Any] = json.loads(res.stdout)
+    return doc
+
+
+@contextmanager
+def faults(cluster: ClusterHandle, spec: dict[int, float | str], median: float) -> Iterator[None]:
+    stall: Any = nullcontext()
+    for i, how in spec.items():
+        node = cluster.nodes[i]
+        if how == "stall":
+            # reads stop ~150 ms about every second: ~12 % of bandwidth (issue 24)
+            stall = Stall(cluster, node, rate=1_000_000, on_s=0.15, off_s=0.85)
+        else:
+            cluster.inject(node, "slow_read", f"{int(median * float(how) / 1e6)}M")
+    try:
+        with stall:
+            yield
+    finally:
+        cluster.heal()
+
+
+def margins(v: dict[str, Any], z_threshold: float, drop: float) -> dict[str, Any]:
+    """How close the verdict sat to the peer rule's two thresholds (negative = past it)."""
+    ratio = None
+    if v.get("read_mb_s") and v.get("peer_read_mb_s"):
+        ratio = v["read_mb_s"] / v["peer_read_mb_s"]
+    z = v.get("z_read")
+    return {
+        "ratio": None if ratio is None else round(ratio, 3),
+        "ratio_margin": None if ratio is None else round(ratio - drop, 3),
+        "z": None if z is None else round(z, 2),
+        "z_margin": None if z is None else round(z + z_threshold, 2),
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--scenarios", default=",".join(SCENARIOS))
+    args = ap.parse_args()
+    chosen = [s for s in args.scenarios.split(",") if s]
+    unknown = [s for s in chosen if s not in SCENARIOS]
+    if unknown:
+        ap.error(f"unknown scenario {unknown[0]!r} (known: {', '.join(SCENARIOS)})")
+    rows: list[dict[str, Any]] = []
+    with claim_slot() as slot, tempfile.TemporaryDirectory() as tmp:
+        mc = Cluster(slot.state_dir)
+        try:
+            cluster = ClusterHandle(
+                mc, mc.up(NODES, subnet=slot.subnet, slurm_port_base=slot.slurm_port_base)
+            )
+            from screener.policy import VerdictPolicy
+
+            vp = VerdictPolicy()
+            counter = iter(range(1_000_000))
+
+            def config(db: str) -> Path:
+                cfg = Path(tmp) / f"screener-{next(counter)}.toml"
+                write_config(cfg, cluster, db, Path(tmp) / "log", probe=PROBE)
+                return cfg
+
+            calib = screen(cluster, config(f"sqlite:///{tmp}/calib.db"))
+            median = statistics.median(n["read_mb_s"] for n in calib["nodes"]) * 1e6
+            print(f"healthy median seq read {median / 1e6:,.0f} MB/s", flush=True)
+            history_db = f"sqlite:///{tmp}/history.db"
+            for _ in range(2):  # the history mode's store: two healthy screens first
+                screen(cluster, config(history_db))
+            for name in chosen:
+                spec, expect, default = SCENARIOS[name]
+                for mode in ("fresh", "history"):
+                    for rep in range(args.repeat):
+                        fresh_db = f"sqlite:///{tmp}/{name}-{rep}.db"
+                        cfg = config(fresh_db if mode == "fresh" else history_db)
+                        key = (name, mode, rep)
+                        with faults(cluster, spec, median):
+                            doc = screen(cluster, cfg)
+                        for v in doc["nodes"]:
+                            i = cluster.nodes.index(v["node"])
+                            want = expect.get(i, default)
+                            rows.append(
+                                {
+                                    "scenario": name,
+                                    "mode": mode,
+                                    "rep": rep,
+                                    "node": v["node"],
+                                    "expected": want,
+                                    "status": v["status"],
+                                    "ok": matches(want, v["status"]),
+                                    **margins(v, vp.z_threshold, vp.min_peer_drop),
+                                    "reason": v.get("reason", "")[:200],
+                                }
+                            )
+                        this = [r for r in rows if (r["scenario"], r["mode"], r["rep"]) == key]
+                        hits = sum(r["ok"] for r in this)
+                        print(f"{name} {mode} {rep}: {hits}/{NODES} as expected", flush=True)
+        finally:
+            mc.down()
+    table = summarise(rows)
+    for line in render(table):
+        print(line)
+    doc = {
+        "benchmark": "repeatability",
+        "date": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "screener": __version__,
+        "cores": os.cpu_count(),
+        "nodes": NODES,
+        "probe": PROBE,
+        "repeat": args.repeat,
+        "table": table,
+        "verdicts": rows,
+        "load_average_at_end": [round(x, 1) for x in os.getloadavg()],
+    }
+    RESULTS.parent.mkdir(exist_ok=True)
+    RESULTS.write_text(json.dumps(doc, indent=2) + "\n")
+    return 0
+
+
+def summarise(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per scenario, mode and expectation class (the faulty nodes, the rest): hit rate and
+    the margins' median and worst."""
+    out: list[dict[str, Any]] = []
+    keys = sorted({(r["scenario"], r["mode"], r["expected"]) for r in rows}, key=str)
+    for scenario, mode, expected in keys:
+        group = [
+            r
+            for r in rows
+            if (r["scenario"], r["mode"], r["expected"]) == (scenario, mode, expected)
+        ]
+        ratios = [r["ratio"] for r in group if r["ratio"] is not None]
+        # the worst case: the faulty node that read fastest, the healthy one that read slowest
+        pick: Callable[[list[float]], float] = max if expected in ("SLOW", "FLAGGED") else min
+        out.append(
+            {
+                "scenario": scenario,
+                "mode": mode,
+                "expected": expected,
+                "as_expected": f"{sum(r['ok'] for r in group)}/{len(group)}",
+                "ratio_median": round(statistics.median(ratios), 3) if ratios else None,
+                "ratio_worst": round(pick(ratios), 3) if ratios else None,
+                "statuses": dict(sorted(_count(r["status"] for r in group).items())),
+            }
+        )
+    return out
+
+
+def _count(items: Iterator[str] | Any) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for i in items:
+        counts[i] = counts.get(i, 0) + 1
+    return counts
+
+
+def render(table: list[dict[str, Any]]) -> list[str]:
+    head = (
+        f"{'scenario':<13} {'mode':<8} {'expected':<9} {'as expected':>11} "
+        f"{'ratio med':>9} {'worst':>6}  statuses"
+    )
+    lines = [head, "-" * len(head)]
+    for t in table:
+        lines.append(
+            f"{t['scenario']:<13} {t['mode']:<8} {t['expected']:<9} {t['as_expected']:>11} "
+            f"{t['ratio_median'] if t['ratio_median'] is not None else '-':>9} "
+            f"{t['ratio_worst'] if t['ratio_worst'] is not None else '-':>6}  "
+            + ", ".join(f"{k} {v}" for k, v in t["statuses"].items())
+        )
+    return lines
+
+
+if __name__ == "__main__":
+    sys.exit(main())
