@@ -6,6 +6,7 @@ unpaced devices (healthy nodes spread ~2x within one run on the 2 shared cores).
 Scenarios (rates relative to the healthy median measured by a calibration screen):
 - healthy: nobody throttled; every node OK.
 - pair_quarter: two nodes read at 1/4; both SLOW_READ.
+- pair_043: two nodes read at 0.43x (issue 24's pair that flipped); both SLOW_READ.
 - one_third: one node reads at 1/3; SLOW_READ.
 - stalls: one node's reads stop ~150 ms about every second (bench/stall.py); flagged
   (DEGRADED or SLOW).
@@ -16,7 +17,7 @@ Per scenario, mode and node: how often the verdict came out as expected, and eac
 margin to the deciding thresholds (read / peer median against `min_peer_drop`, robust z
 against `-z_threshold`). Writes bench/results/repeatability.json and prints the table.
 
-    .venv/bin/python bench/repeatability.py [--repeat 5] [--scenarios a,b]
+    .venv/bin/python bench/repeatability.py [--repeat 5] [--scenarios a,b] [--out F]
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -46,6 +48,7 @@ RESULTS = Path(__file__).resolve().parent / "results" / "repeatability.json"
 NODES = 8
 PROBE = {"size_mib": 256, "runtime_s": 2.0, "ramp_s": 0.5}
 SLOW = ("SLOW_READ", "SLOW_WRITE")
+ROUND1_RE = re.compile(r"round 1: seq read [0-9,.]+ MB/s = ([0-9.]+)x")
 
 # scenario -> (throttled node index -> fraction of the healthy median, or "stall"),
 #             expectation per node index (default "OK")
@@ -53,6 +56,8 @@ Scenario = tuple[dict[int, float | str], dict[int, str], str]
 SCENARIOS: dict[str, Scenario] = {
     "healthy": ({}, {}, "OK"),
     "pair_quarter": ({1: 0.25, 4: 0.25}, {1: "SLOW", 4: "SLOW"}, "OK"),
+    # issue 24's flipping case: the pair read 0.43x the healthy median (717/727 vs ~1,660)
+    "pair_043": ({1: 0.43, 4: 0.43}, {1: "SLOW", 4: "SLOW"}, "OK"),
     "one_third": ({2: 1 / 3}, {2: "SLOW"}, "OK"),
     "stalls": ({3: "stall"}, {3: "FLAGGED"}, "OK"),
     "shared_7of8": ({i: 1 / 6 for i in range(7)}, {}, "NOT_SLOW"),
@@ -104,7 +109,12 @@ def margins(v: dict[str, Any], z_threshold: float, drop: float) -> dict[str, Any
     if v.get("read_mb_s") and v.get("peer_read_mb_s"):
         ratio = v["read_mb_s"] / v["peer_read_mb_s"]
     z = v.get("z_read")
+    # A confirmed verdict compares round 2 (fewer probes at once, faster references); its
+    # reason keeps round 1's ratio, where a borderline node is a suspect or not.
+    m = ROUND1_RE.search(v.get("reason", ""))
+    round1 = float(m.group(1)) if m else ratio
     return {
+        "round1_ratio": None if round1 is None else round(round1, 3),
         "ratio": None if ratio is None else round(ratio, 3),
         "ratio_margin": None if ratio is None else round(ratio - drop, 3),
         "z": None if z is None else round(z, 2),
@@ -116,6 +126,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--scenarios", default=",".join(SCENARIOS))
+    ap.add_argument("--out", type=Path, default=RESULTS, help="results JSON (a subset: elsewhere)")
     args = ap.parse_args()
     chosen = [s for s in args.scenarios.split(",") if s]
     unknown = [s for s in chosen if s not in SCENARIOS]
@@ -189,8 +200,8 @@ def main() -> int:
         "verdicts": rows,
         "load_average_at_end": [round(x, 1) for x in os.getloadavg()],
     }
-    RESULTS.parent.mkdir(exist_ok=True)
-    RESULTS.write_text(json.dumps(doc, indent=2) + "\n")
+    args.out.parent.mkdir(exist_ok=True)
+    args.out.write_text(json.dumps(doc, indent=2) + "\n")
     return 0
 
 
@@ -206,6 +217,7 @@ def summarise(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             if (r["scenario"], r["mode"], r["expected"]) == (scenario, mode, expected)
         ]
         ratios = [r["ratio"] for r in group if r["ratio"] is not None]
+        first = [r["round1_ratio"] for r in group if r.get("round1_ratio") is not None]
         # the worst case: the faulty node that read fastest, the healthy one that read slowest
         pick: Callable[[list[float]], float] = max if expected in ("SLOW", "FLAGGED") else min
         out.append(
@@ -216,6 +228,8 @@ def summarise(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "as_expected": f"{sum(r['ok'] for r in group)}/{len(group)}",
                 "ratio_median": round(statistics.median(ratios), 3) if ratios else None,
                 "ratio_worst": round(pick(ratios), 3) if ratios else None,
+                "round1_median": round(statistics.median(first), 3) if first else None,
+                "round1_worst": round(pick(first), 3) if first else None,
                 "statuses": dict(sorted(_count(r["status"] for r in group).items())),
             }
         )
@@ -232,14 +246,16 @@ def _count(items: Iterator[str] | Any) -> dict[str, int]:
 def render(table: list[dict[str, Any]]) -> list[str]:
     head = (
         f"{'scenario':<13} {'mode':<8} {'expected':<9} {'as expected':>11} "
-        f"{'ratio med':>9} {'worst':>6}  statuses"
+        f"{'ratio med':>9} {'worst':>6} {'r1 med':>6} {'r1 wst':>6}  statuses"
     )
     lines = [head, "-" * len(head)]
     for t in table:
         lines.append(
             f"{t['scenario']:<13} {t['mode']:<8} {t['expected']:<9} {t['as_expected']:>11} "
             f"{t['ratio_median'] if t['ratio_median'] is not None else '-':>9} "
-            f"{t['ratio_worst'] if t['ratio_worst'] is not None else '-':>6}  "
+            f"{t['ratio_worst'] if t['ratio_worst'] is not None else '-':>6} "
+            f"{t.get('round1_median') if t.get('round1_median') is not None else '-':>6} "
+            f"{t.get('round1_worst') if t.get('round1_worst') is not None else '-':>6}  "
             + ", ".join(f"{k} {v}" for k, v in t["statuses"].items())
         )
     return lines
