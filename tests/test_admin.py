@@ -150,6 +150,10 @@ def test_cli_every_query_prints_table_json_and_csv(
     assert nodes[SLOW]["drained_by_screener"] is True and nodes[SLOW]["status"] == "SLOW_READ"
     flaky = json.loads(_cli(env, "flaky", "--min-episodes", "1", "--json").stdout)
     assert flaky[0]["node"] == FLAKY and flaky[0]["episodes"] == 3
+    # below the verdicts, what screener did to the node (its drain), never in --json/--csv
+    hist = _cli(env, "history", SLOW, "--since", "30d").stdout
+    assert f"what screener did to {SLOW} (newest first" in hist and "  drain" in hist, hist
+    assert "what screener did" not in _cli(env, "history", SLOW, "--json").stdout
     shown = _cli(env, "show", str(seeded.sweeps[3]))
     assert "peer read median: 2,990 MB/s" in shown.stdout and "drain" in shown.stdout
 

@@ -18,7 +18,7 @@ from screener.policy import Policy, load_policy
 from screener.probe_data import Status
 
 if TYPE_CHECKING:  # the store (SQLAlchemy) is imported only when a command runs
-    from screener.store.query_rows import NodeRow, RunDetail
+    from screener.store.query_rows import EventRow, NodeRow, RunDetail
 
 
 def parse_since(text: str, option: str = "--since") -> timedelta:
@@ -90,6 +90,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     now = datetime.now(UTC)
     rows: Sequence[object]
     header: list[str] = []
+    footer: list[str] = []
     with app.open_results(policy) as store:
         if args.command == "nodes":
             rows = views.node_overview(store, now)
@@ -111,6 +112,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
             title = f"history of {node}, last {args.since}"
             rows = views.node_history(store, node, now - since)
             empty = f"no verdict for {node} in the last {args.since}"
+            footer = event_lines(node, store.node_events(node, EVENTS_SHOWN), now - since)
         elif args.command == "flaky":
             assert since is not None
             title = f"flaky nodes, last {args.since}, >= {args.min_episodes} episodes"
@@ -125,8 +127,24 @@ def run(args: argparse.Namespace, console: Console) -> int:
             header = _run_header(detail)
             empty = f"run {args.run_id} has no verdict (status {detail.run.status})"
     view = HUMAN_COLUMNS["nodes --slurm" if getattr(args, "slurm", False) else args.command]
-    _emit(args, console, title, rows, header, empty, view)
+    _emit(args, console, title, rows, header, empty, view, footer)
     return 0
+
+
+EVENTS_SHOWN = 20  # `history NODE`: the latest events of the window, below the verdicts
+
+
+def event_lines(node: str, events: Sequence[EventRow], since: datetime) -> list[str]:
+    """What screener did to ``node`` within the window, newest first (drains, resumes,
+    fast-path admissions with their sentinel figure, guard trips), one line each."""
+    shown = [e for e in events if (e.at if e.at.tzinfo else e.at.replace(tzinfo=UTC)) >= since]
+    if not shown:
+        return []
+    lines = [f"what screener did to {node} (newest first, at most {EVENTS_SHOWN}):"]
+    for e in shown:
+        run = f" r{e.run_id}" if e.run_id is not None else ""
+        lines.append(f"  {e.at:%Y-%m-%d %H:%M}  {e.action}{run}: {e.reason}")
+    return lines
 
 
 # What each command's human table shows, so that it reads at 80 columns: figures, one line
@@ -199,6 +217,7 @@ def _emit(
     header: Sequence[str],
     empty: str,
     columns: Sequence[str] | None = None,
+    footer: Sequence[str] = (),
 ) -> None:
     """The rows as JSON, CSV or a table; an empty answer in words, with its criteria."""
     from screener.report import terminal
@@ -216,3 +235,5 @@ def _emit(
                 console.print(line, highlight=False, markup=False)
         else:
             console.print(empty, highlight=False, markup=False)
+        for line in footer:
+            console.print(line, highlight=False, markup=False)
