@@ -550,13 +550,19 @@ def past_figures(
     return history, fleet
 
 
+def history_window(policy: Policy, now: datetime) -> tuple[str, datetime | None]:
+    """(recipe, since): which baselines count as history, like with like and not too old."""
+    vp = policy.verdict
+    since = now - timedelta(days=vp.history_max_age_days) if vp.history_max_age_days else None
+    return recipe_fingerprint(policy.probe), since
+
+
 def own_history(
     store: RunStore, nodes: Sequence[str], policy: Policy, now: datetime
 ) -> dict[str, list[float]]:
     """Each node's baseline seq-read figures: same recipe, within the age window."""
-    vp = policy.verdict
-    since = now - timedelta(days=vp.history_max_age_days) if vp.history_max_age_days else None
-    return store.read_histories(nodes, vp.history_runs, recipe_fingerprint(policy.probe), since)
+    recipe, since = history_window(policy, now)
+    return store.read_histories(nodes, policy.verdict.history_runs, recipe, since)
 
 
 def judge_round2(

@@ -29,7 +29,6 @@ from screener.hooks.decide import (
 from screener.hooks.fleet_guard import DIRECTIONS, FleetFigures, FleetView, fleet_view
 from screener.hostlist import fold_nodes
 from screener.policy import Policy
-from screener.probe.fio import recipe_fingerprint
 from screener.probe_data import RunSummary, Status, Trigger
 from screener.slurm.client import SlurmClient, SlurmNode
 from screener.store.locks import actions_lock
@@ -94,23 +93,22 @@ def _fleet(
 ) -> FleetView:
     """The partition's figures of the last ``fleet_window_s`` against its baselines (of runs
     other than each node's newest: a burst's own figures are never their own yardstick)."""
-    vp = policy.verdict
+    from screener.pipeline import history_window  # only small allocations with a slow node
+
     window = policy.slurm.fleet_window_s
     newest = records.newest_figures(partition_nodes, now - timedelta(seconds=window))
-    history_since = (
-        now - timedelta(days=vp.history_max_age_days) if vp.history_max_age_days else None
-    )
+    recipe, since = history_window(policy, now)
     usual = records.usual_figures(
         partition_nodes,
-        vp.history_runs,
-        recipe_fingerprint(policy.probe),
-        history_since,
+        policy.verdict.history_runs,
+        recipe,
+        since,
         skip_runs={n: run for n, (run, _) in newest.items()},
     )
     now_figures = {
         d: {n: figs[d] for n, (_, figs) in newest.items() if d in figs} for d in DIRECTIONS
     }
-    return fleet_view(FleetFigures(now_figures, usual, window), vp.history_drop)
+    return fleet_view(FleetFigures(now_figures, usual, window), policy.verdict.history_drop)
 
 
 def await_fleet(

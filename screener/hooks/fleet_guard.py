@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from screener.hostlist import fold_nodes
 
@@ -39,7 +39,6 @@ class FleetView:
     judged: Mapping[str, frozenset[str]]
     slow: Mapping[str, frozenset[str]]
     window_s: float
-    directions: tuple[str, ...] = field(default=DIRECTIONS)
 
 
 def fleet_view(figures: FleetFigures, drop: float) -> FleetView:

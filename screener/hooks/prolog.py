@@ -236,14 +236,9 @@ def _sentinels(
     fast path (their note says what it read); the others join the full probe (issue 28).
     With nothing else to probe, in-job iostat starts on the sentinel's connections."""
     from screener.hooks.fast_sentinel import sentinel_then_iostat
-    from screener.probe.fio import recipe_fingerprint
+    from screener.pipeline import own_history  # app (the transport) imports it anyway
 
-    vp = policy.verdict
-    now = datetime.now(UTC)
-    since = now - timedelta(days=vp.history_max_age_days) if vp.history_max_age_days else None
-    usual = records.store.read_histories(
-        fresh, vp.history_runs, recipe_fingerprint(policy.probe), since
-    )
+    usual = own_history(records.store, fresh, policy, datetime.now(UTC))
     results = asyncio.run(sentinel_then_iostat(policy, job, fresh, usual, bool(probe), log))
     failed = [r for r in results if not r.passed]
     for r in failed:
