@@ -14,9 +14,9 @@ APT_STAMP := $(VENV)/.apt-stamp
 PIP_STAMP := $(VENV)/.pip-stamp
 PG_VERSION_DIR := $(shell ls /etc/postgresql 2>/dev/null | head -n1)
 
-.PHONY: deps apt venv ior demo test lint typecheck unit postgres bench bench-fleet cluster-down clean
+.PHONY: deps apt venv pyslurm ior demo test lint typecheck unit postgres bench bench-fleet cluster-down clean
 
-deps: apt venv
+deps: apt venv pyslurm
 
 apt: $(APT_STAMP)
 $(APT_STAMP):
@@ -32,6 +32,38 @@ $(PIP_STAMP): pyproject.toml
 	@[ -x $(PY) ] || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q -U pip
 	$(PIP) install -q -e '.[dev]'
+	@touch $@
+
+# pyslurm for `slurm.backend = pyslurm` (docs/slurm.md): it must match libslurm's release, so
+# it comes from ../shared/vendor (22.5.3 for Debian 12's Slurm 22.05): the prebuilt wheel when
+# its tags fit this Python, else built from the vendored source; skipped, said once, otherwise.
+PYSLURM_VER := 22.5.3
+PYSLURM_WHEEL ?= $(firstword $(wildcard ../shared/vendor/pyslurm-$(PYSLURM_VER)-*.whl ../../shared/vendor/pyslurm-$(PYSLURM_VER)-*.whl))
+PYSLURM_SRC ?= $(firstword $(wildcard ../shared/vendor/pyslurm-$(PYSLURM_VER).tar.gz ../../shared/vendor/pyslurm-$(PYSLURM_VER).tar.gz))
+PYSLURM_STAMP := $(VENV)/.pyslurm-stamp
+pyslurm: $(PYSLURM_STAMP)
+$(PYSLURM_STAMP): $(PIP_STAMP) $(APT_STAMP)
+	@slurm=$$(dpkg-query -W -f='$${Version}' slurm-client 2>/dev/null | cut -d- -f1); \
+	if $(PY) -c 'import importlib.util as u, sys; sys.exit(u.find_spec("pyslurm") is None)'; then \
+	  echo "pyslurm: already installed"; \
+	elif [ "$${slurm%.*}" != "22.05" ]; then \
+	  echo "pyslurm: skipped: Slurm '$$slurm' has no vendored pyslurm (22.5.x is for 22.05); the CLI backend is used"; \
+	elif [ -z "$(PYSLURM_WHEEL)$(PYSLURM_SRC)" ]; then \
+	  echo "pyslurm: skipped: ../shared/vendor/pyslurm-$(PYSLURM_VER)* not found; the CLI backend is used"; \
+	else \
+	  dpkg -s libslurm38 >/dev/null 2>&1 || { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends libslurm38; } || exit 1; \
+	  if [ -n "$(PYSLURM_WHEEL)" ] && $(PIP) install -q "$(PYSLURM_WHEEL)"; then echo "pyslurm: installed $(PYSLURM_WHEEL)"; \
+	  elif [ -n "$(PYSLURM_SRC)" ]; then \
+	    echo "pyslurm: the wheel does not fit this Python; building $(PYSLURM_SRC) (~5 min)"; \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends libslurm-dev build-essential || exit 1; \
+	    b=$$(mktemp -d) && $(PYTHON) -m venv $$b/v && \
+	    $$b/v/bin/pip install -q "setuptools==59.2.0" "wheel==0.37.0" "Cython>=0.29.30,<3" && \
+	    tar xzf $(PYSLURM_SRC) -C $$b && cd $$b/pyslurm-$(PYSLURM_VER) && \
+	    SLURM_INCLUDE_DIR=/usr/include SLURM_LIB_DIR=/usr/lib/x86_64-linux-gnu \
+	      $$b/v/bin/pip wheel -q --no-build-isolation --no-deps -w $$b/wheels . && \
+	    cd - >/dev/null && $(PIP) install -q $$b/wheels/pyslurm-*.whl && rm -rf $$b || exit 1; \
+	  else echo "pyslurm: skipped: no wheel fits and no source; the CLI backend is used"; fi; \
+	fi
 	@touch $@
 
 # PostgreSQL is part of this machine kind; start it if it is down (tests use it for real).

@@ -7,6 +7,7 @@ wrapper that sets SCREENER_CONFIG), which screens, drains and makes Slurm requeu
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -67,8 +68,14 @@ def _ran_on(site: dict[str, Any], job_id: str) -> set[str]:
     return set((site["out"] / f"hosts-{job_id}.txt").read_text().split())
 
 
-def test_slow_node_drained_job_requeued_onto_healthy_nodes(site: dict[str, Any]) -> None:
+@pytest.mark.parametrize("backend", ["cli", "pyslurm"])
+def test_slow_node_drained_job_requeued_onto_healthy_nodes(
+    site: dict[str, Any], backend: str
+) -> None:
+    """Both Slurm backends, named in the policy (issue 21): drain, requeue, healthy nodes."""
     cluster = site["cluster"]
+    slurm = {"backend": backend, "partition_max_drain_fraction": 0.5}
+    write_config(site["config"], cluster, site["db"], site["log"], slurm=slurm)
     slow = cluster.nodes[0]  # select/linear allocates the lowest idle nodes first
     cluster.inject(slow, "slow_read", SLOW)
     job_id = _hosts_job(site, 3, "--comment", "screener=on")
@@ -91,6 +98,7 @@ def test_slow_node_drained_job_requeued_onto_healthy_nodes(site: dict[str, Any])
         eps = SlurmRecords(store).episodes(slow)
         assert [(e[0], e[2], e[3]) for e in eps] == [("prolog", None, job_id)]
     assert f"job {job_id}: exit 1 so Slurm requeues it" in log
+    assert set(re.findall(r"slurm backend (\w+)", log)) == {backend}, log
     # The requeued attempt's nodes passed in the first attempt: the fast path let them in
     # unprobed, and said so per node with the job id (for `screener accuracy`).
     assert "fast path: " in log, log

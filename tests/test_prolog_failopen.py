@@ -257,6 +257,24 @@ def test_a_selected_job_on_this_host_is_screened_and_may_start(tmp_path: Path) -
     assert (tmp_path / "db.sqlite").exists()
 
 
+@pytest.mark.parametrize("backend", ["auto", "pyslurm"])
+def test_no_slurm_config_never_imports_pyslurm_in_the_hook(tmp_path: Path, backend: str) -> None:
+    """slurmctld gives the hook no SLURM_CONF; with no /etc/slurm/slurm.conf either, an
+    `import pyslurm` would exit the process (rc 1 = requeue). The hook says why and goes on
+    with the CLI (auto), or fails open in one line (backend = pyslurm)."""
+    if Path("/etc/slurm/slurm.conf").exists():
+        pytest.skip("this machine has /etc/slurm/slurm.conf: the environment is not bare")
+    env = {**JOB, "SLURM_JOB_NODELIST": socket.gethostname()}
+    cfg = config(tmp_path, f'[slurm] backend = "{backend}"')
+    res = hook("prolog", cfg, env, timeout=120)
+    assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr
+    assert "no Slurm config (SLURM_CONF unset" in res.stderr, res.stderr
+    if backend == "auto":
+        assert "slurm backend cli: no Slurm config" in res.stderr and "may start" in res.stderr
+    else:
+        assert "slurm.backend = pyslurm but no Slurm config" in res.stderr, res.stderr
+
+
 # ------------------------------------------------------------------ a broken install
 
 

@@ -7,6 +7,7 @@ an admin's drain, or a screener drain whose reason an admin has since rewritten,
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -20,10 +21,11 @@ from tests.hooked_cluster import run_screener, sinfo_nodes, write_config
 pytestmark = pytest.mark.cluster
 
 
-def _setup(cluster: Any, tmp_path: Path) -> tuple[Path, str]:
+def _setup(cluster: Any, tmp_path: Path, backend: str = "auto") -> tuple[Path, str]:
     config = tmp_path / "screener.toml"
     db = f"sqlite:///{tmp_path}/screener.db"
-    write_config(config, cluster, db, tmp_path / "log")
+    slurm = {"backend": backend, "partition_max_drain_fraction": 0.5}
+    write_config(config, cluster, db, tmp_path / "log", slurm=slurm)
     return config, db
 
 
@@ -35,8 +37,12 @@ def _screener_drain(cluster: Any, db: str, node: str, reason: str) -> None:
         store.record_event(node, "drain", reason, datetime.now(UTC), run, reason)
 
 
-def test_resume_only_screener_drains_with_unchanged_reason(cluster: Any, tmp_path: Path) -> None:
-    config, db = _setup(cluster, tmp_path)
+@pytest.mark.parametrize("backend", ["cli", "pyslurm"])
+def test_resume_only_screener_drains_with_unchanged_reason(
+    cluster: Any, tmp_path: Path, backend: str
+) -> None:
+    """Both Slurm backends, named in the policy (issue 21)."""
+    config, db = _setup(cluster, tmp_path, backend)
     ours, rewritten, admin = cluster.nodes[:3]
     _screener_drain(cluster, db, ours, "screener: rd 0.05x peers r1")
     _screener_drain(cluster, db, rewritten, "screener: rd 0.04x peers r1")
@@ -53,6 +59,7 @@ def test_resume_only_screener_drains_with_unchanged_reason(cluster: Any, tmp_pat
     assert "DRAIN" in states[rewritten]["state_flags"]
     assert states[admin]["reason"] == "admin: bios" and "DRAIN" in states[admin]["state_flags"]
     assert "not screener's" in res.stderr and "no drain on record" in res.stderr
+    assert set(re.findall(r"slurm backend (\w+)", res.stderr)) == {backend}, res.stderr
     with open_store(db) as store:
         assert [e.action for e in store.node_events(ours)] == ["resume", "drain"]
         assert [e.action for e in store.node_events(rewritten)] == ["resume_refused", "drain"]

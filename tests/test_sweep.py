@@ -5,6 +5,7 @@ after K passing sweeps."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -33,12 +34,15 @@ def _sweep(cluster: Any, config: Path, out: Path) -> str:
     return res.stderr + logs
 
 
+@pytest.mark.parametrize("backend", ["cli", "pyslurm"])
 def test_sweep_drains_slow_node_then_resumes_it_after_k_passes(
-    cluster: Any, tmp_path: Path
+    cluster: Any, tmp_path: Path, backend: str
 ) -> None:
+    """Both Slurm backends, named in the policy (issue 21)."""
     config = tmp_path / "screener.toml"
     db = f"sqlite:///{tmp_path}/screener.db"
-    write_config(config, cluster, db, tmp_path / "log", sweep={"resume_after": 2})
+    slurm = {"backend": backend, "partition_max_drain_fraction": 0.5}
+    write_config(config, cluster, db, tmp_path / "log", sweep={"resume_after": 2}, slurm=slurm)
     slow = cluster.nodes[0]
     cluster.inject(slow, "slow_read", "20M")
 
@@ -46,6 +50,7 @@ def test_sweep_drains_slow_node_then_resumes_it_after_k_passes(
     node = sinfo_nodes(cluster)[slow]
     assert "DRAIN" in node["state_flags"] and node["reason"].startswith("screener: rd"), log
     assert "holds " in log and f"drained {slow}" in log
+    assert set(re.findall(r"slurm backend (\w+)", log)) == {backend}, log
     with open_store(db) as store:
         run = store.latest_runs(1)[0]
         assert run.trigger.value == "sweep" and run.node_count == len(cluster.nodes)

@@ -132,8 +132,9 @@ def resume(args: argparse.Namespace, console: Console) -> int:
 
     policy = load_policy(args.config)
     names = expand_nodeset(args.nodeset)
-    client, _ = select_client(policy.slurm)
+    client, why = select_client(policy.slurm)
     log = HookLog("screener resume", policy.prolog.log_file)
+    log(f"slurm backend {why}")
     found = {n.name: n for n in client.nodes(names)}
     missing = [n for n in names if n not in found]
     if missing:

@@ -2,33 +2,30 @@
 
 from __future__ import annotations
 
-import re
+import importlib
 
-from screener.errors import SlurmError, TransportError
+from screener.errors import SlurmError
 from screener.policy import SlurmPolicy
-from screener.process import run_command
 from screener.slurm.cli_backend import CliSlurm
 from screener.slurm.client import SlurmClient
-from screener.slurm.pyslurm_backend import PyslurmClient, probe_pyslurm
-
-
-def slurm_version(timeout_s: float = 10.0) -> str | None:
-    """The Slurm release of the command-line tools (``sinfo --version`` -> "22.05.8")."""
-    try:
-        res = run_command(["sinfo", "--version"], timeout=timeout_s)
-    except TransportError:
-        return None
-    m = re.search(r"(\d+\.\d+\.\d+)", res.stdout)
-    return m.group(1) if m and res.exit_status == 0 else None
+from screener.slurm.pyslurm_backend import PyslurmClient
+from screener.slurm.pyslurm_probe import judge, probe_pyslurm
 
 
 def select_client(policy: SlurmPolicy) -> tuple[SlurmClient, str]:
-    """(client, why). ``auto`` uses pyslurm only when it matches libslurm, else the CLI."""
+    """(client, why). ``auto``: pyslurm only when it imports in a child process, matches the
+    Slurm it was built for and that pair is contract-tested; else the CLI."""
     if policy.backend == "cli":
         return CliSlurm(policy.command_timeout_s), "cli: configured (slurm.backend = cli)"
-    mod, why = probe_pyslurm(lambda: slurm_version(policy.command_timeout_s))
-    if mod is not None:
-        return PyslurmClient(mod), f"pyslurm: {why}"
-    if policy.backend == "pyslurm":
+    forced = policy.backend == "pyslurm"
+    ok, why = judge(probe_pyslurm(policy.command_timeout_s), forced)
+    if ok:
+        try:
+            mod = importlib.import_module("pyslurm")  # safe: the child imported it
+        except Exception as exc:
+            ok, why = False, f"import pyslurm: {type(exc).__name__}: {exc}"
+        else:
+            return PyslurmClient(mod, policy.command_timeout_s), f"pyslurm: {why}"
+    if forced:
         raise SlurmError(f"slurm.backend = pyslurm but {why}")
     return CliSlurm(policy.command_timeout_s), f"cli: {why}; using sinfo/squeue/scontrol"

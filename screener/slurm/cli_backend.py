@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from dataclasses import replace
 
 from screener.errors import SlurmError, TransportError
 from screener.hostlist import fold_nodes
 from screener.process import run_command
 from screener.slurm.client import SlurmJob, SlurmNode, check_job_id, check_reason
-from screener.slurm.parse import parse_sinfo, parse_squeue
+from screener.slurm.job_id import match_job, parse_job_id
+from screener.slurm.parse import parse_sinfo, parse_squeue_keyed
 
 
 def sinfo_argv() -> list[str]:
@@ -75,9 +77,9 @@ class CliSlurm:
         return [n for n in every if n.name in wanted]
 
     def job(self, job_id: str) -> SlurmJob | None:
-        check_job_id(job_id)
-        jobs = parse_squeue(self._run(squeue_argv()))
-        return next((j for j in jobs if j.job_id == job_id), None)
+        ref = parse_job_id(check_job_id(job_id))
+        found = match_job(ref, parse_squeue_keyed(self._run(squeue_argv())))
+        return None if found is None else replace(found, job_id=job_id)
 
     def drain(self, nodes: Sequence[str], reason: str) -> None:
         if nodes:

@@ -20,6 +20,7 @@ from typing import Any
 from screener.errors import ConfigError, SlurmError
 from screener.hostlist import expand_nodeset, validate_node
 from screener.slurm.client import SlurmJob, SlurmNode
+from screener.slurm.job_id import JobKey
 
 _STATE_SUFFIXES = "*~#!%$@^-"
 
@@ -138,34 +139,58 @@ def parse_sinfo(text: str) -> list[SlurmNode]:
 
 def parse_squeue(text: str) -> list[SlurmJob]:
     """Jobs from ``squeue --json``."""
+    return [job for _, job in parse_squeue_keyed(text)]
+
+
+def parse_squeue_keyed(text: str) -> list[tuple[JobKey, SlurmJob]]:
+    """Jobs from ``squeue --json``, each with its array/het key (screener.slurm.job_id)."""
     what = "squeue --json"
     data = _load(text, what)
     jobs = data.get("jobs")
     if not isinstance(jobs, list):
         raise SlurmError(f"{what} printed no 'jobs' list")
-    out: list[SlurmJob] = []
+    out: list[tuple[JobKey, SlurmJob]] = []
     for raw in jobs:
         rec = _obj(raw, f"{what}: a job record")
-        job_id = str(_number(rec.get("job_id")))
+        unique = _number(rec.get("job_id"))
+        job_id = str(unique)
         nodelist = _text(rec.get("nodes"))
         try:
             nodes = tuple(expand_nodeset(nodelist)) if nodelist.strip() else ()
         except ConfigError as exc:
             raise SlurmError(f"{what}: job {job_id}: {exc}") from None
         state = rec.get("job_state")
+        het_id = _optional(rec.get("het_job_id")) or None  # 0: not a het job
+        key: JobKey = (
+            unique,
+            _optional(rec.get("array_job_id")) or None,  # 0: not an array task
+            _optional(rec.get("array_task_id")),
+            het_id,
+            (_optional(rec.get("het_job_offset")) or 0) if het_id else None,
+        )
         out.append(
-            SlurmJob(
-                job_id=job_id,
-                nodes=nodes,
-                partition=_text(rec.get("partition")),
-                name=_text(rec.get("name")),
-                comment=_text(rec.get("comment")),
-                state=(_text(state[0]) if isinstance(state, list) and state else _text(state)),
-                reason=_text(rec.get("state_reason")),
-                restarts=_number(rec.get("restart_cnt") or 0),
+            (
+                key,
+                SlurmJob(
+                    job_id=job_id,
+                    nodes=nodes,
+                    partition=_text(rec.get("partition")),
+                    name=_text(rec.get("name")),
+                    comment=_text(rec.get("comment")),
+                    state=(_text(state[0]) if isinstance(state, list) and state else _text(state)),
+                    reason=_text(rec.get("state_reason")),
+                    restarts=_number(rec.get("restart_cnt") or 0),
+                ),
             )
         )
     return out
+
+
+def _optional(value: Any) -> int | None:
+    """An optional integer field: None when null or {"set": false} (newer Slurm)."""
+    if value is None or (isinstance(value, dict) and not value.get("set", True)):
+        return None
+    return _number(value)
 
 
 def _number(value: Any) -> int:

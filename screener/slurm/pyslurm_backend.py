@@ -1,81 +1,129 @@
-"""The pyslurm backend: used only when pyslurm imports and its version matches libslurm.
+"""The pyslurm backend: the SlurmClient Protocol over pyslurm 22.5's Node/Job API.
 
-pyslurm builds against one Slurm release (PyPI: 25.11.x, 18.08, 17.11; Debian 12 ships
-Slurm 22.05), so it cannot be tested here. It sits behind the same Protocol; nothing
-claims it works until it runs against a matching Slurm (docs/slurm.md).
+Verified against a real slurmctld 22.05 by tests/test_slurm_contract.py (the same contract
+suite the CLI backend passes). pyslurm's RPCs run in C holding the GIL, so nothing in this
+process can cut one short: a controller that does not answer is a SlurmError after
+libslurm's own retries (about MessageTimeout, slurm.conf), where the CLI backend kills its
+command after ``slurm.command_timeout_s``.
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
-from screener.errors import SlurmError
-from screener.hostlist import fold_nodes
+from screener.errors import ConfigError, SlurmError
+from screener.hostlist import expand_nodeset, fold_nodes, validate_node
 from screener.slurm.client import SlurmJob, SlurmNode, check_job_id, check_reason
+from screener.slurm.job_id import JobRef, match_job, parse_job_id
+
+T = TypeVar("T")
+_STATE_SUFFIXES = "*~#!%$@^-"
 
 
-def probe_pyslurm(slurm_version: Callable[[], str | None]) -> tuple[Any | None, str]:
-    """(module, why): the module when importable and matching the Slurm release (major.minor).
-
-    ``slurm_version`` is only called once pyslurm imports (it runs ``sinfo --version``)."""
-    try:
-        mod = importlib.import_module("pyslurm")
-    except Exception as exc:  # ImportError, or a libslurm load failure inside the import
-        return None, f"pyslurm not importable ({type(exc).__name__})"
-    version = str(getattr(mod, "__version__", ""))
-    release = slurm_version()
-    if not release:
-        return None, f"pyslurm {version} imports but the Slurm version is unknown"
-    if version.split(".")[:2] != release.split(".")[:2]:
-        return None, f"pyslurm {version} does not match Slurm {release}"
-    return mod, f"pyslurm {version} matches Slurm {release}"
+def node_states(state: str) -> frozenset[str]:
+    """pyslurm's one state string ("IDLE+DRAIN", "MIXED+DRAIN") as the CLI's set of flags."""
+    return frozenset(s.upper().rstrip(_STATE_SUFFIXES) for s in state.split("+") if s)
 
 
 class PyslurmClient:
-    """SlurmClient over pyslurm's Node/Job API (untested: no matching pair here)."""
+    """SlurmClient over an imported pyslurm module (select_client imports it safely)."""
 
     name = "pyslurm"
 
-    def __init__(self, mod: Any) -> None:
+    def __init__(self, mod: Any, timeout_s: float = 20.0) -> None:
         self.mod = mod
+        self.timeout_s = timeout_s  # kept for doctor; libslurm's MessageTimeout bounds RPCs
+
+    def _call(self, what: str, fn: Callable[[], T]) -> T:
+        """Run one pyslurm RPC; any failure is a one-line SlurmError in Slurm's words."""
+        try:
+            return fn()
+        except Exception as exc:  # RPCError, ValueError, or pyslurm's own AttributeError
+            raise SlurmError(f"pyslurm: {what}: {_message(exc)}") from None
 
     def nodes(self, names: Sequence[str] | None = None) -> list[SlurmNode]:
-        try:
-            every = self.mod.Nodes.load()
-        except Exception as exc:
-            raise SlurmError(f"pyslurm: cannot load nodes: {exc}") from None
-        out = []
-        for name, node in every.items():
-            if names is not None and name not in names:
+        loaded = self._call("load nodes", lambda: list(self.mod.Nodes.load().values()))
+        wanted = None if names is None else set(names)
+        out: dict[str, SlurmNode] = {}
+        for node in loaded:
+            name = _node_name(node.name)
+            if wanted is not None and name not in wanted:
                 continue
-            states = {str(node.state).upper(), *(str(f).upper() for f in node.state_flags or [])}
-            out.append(SlurmNode(name, frozenset(states), node.reason or ""))
-        return sorted(out, key=lambda n: n.name)
+            out[name] = SlurmNode(
+                name=name,
+                states=node_states(str(node.state or "")),
+                reason=str(node.reason or ""),
+                partitions=tuple(str(p) for p in (node.partitions or ()) if p),
+            )
+        return [out[n] for n in sorted(out)]
 
     def job(self, job_id: str) -> SlurmJob | None:
-        check_job_id(job_id)
-        try:
-            j = self.mod.Job.load(int(job_id.split("_")[0].split("+")[0]))
-        except Exception:
+        ref = parse_job_id(check_job_id(job_id))
+        loaded = self._call("load jobs", lambda: list(self.mod.Jobs.load().values()))
+        found = match_job(ref, [(_ref_of(j), j) for j in loaded])
+        if found is None:
             return None
-        nodes = tuple(self.mod.nodelist_from_range_str(j.nodes or "")) if j.nodes else ()
-        return SlurmJob(job_id, nodes, j.partition or "", j.name or "", j.comment or "", j.state)
+        nodelist = str(found.allocated_nodes or "")
+        try:
+            nodes = tuple(expand_nodeset(nodelist)) if nodelist.strip() else ()
+        except ConfigError as exc:
+            raise SlurmError(f"pyslurm: job {job_id}: {exc}") from None
+        return SlurmJob(
+            job_id=job_id,
+            nodes=nodes,
+            partition=str(found.partition or ""),
+            name=str(found.name or ""),
+            comment=str(found.comment or ""),
+            state=str(found.state or ""),
+            reason=str(found.state_reason or ""),
+            restarts=int(found.requeue_count or 0),
+        )
 
     def drain(self, nodes: Sequence[str], reason: str) -> None:
-        self._update(nodes, state="DRAIN", reason=check_reason(reason))
+        if nodes:
+            self._update(nodes, state="DRAIN", reason=check_reason(reason))
 
     def resume(self, nodes: Sequence[str]) -> None:
-        self._update(nodes, state="RESUME")
+        if nodes:
+            self._update(nodes, state="RESUME")
 
     def release(self, job_id: str) -> None:
-        raise SlurmError("pyslurm backend: releasing a requeued job is not implemented")
+        ref = parse_job_id(check_job_id(job_id))
+        unique = ref.job_id if ref.kind == "job" else self._unique_id(ref, job_id)
+        desc = self.mod.JobSubmitDescription(begin_time="now")  # = scontrol starttime=now
+        self._call(f"release job {job_id}", lambda: self.mod.Job(unique).modify(desc))
+
+    def _unique_id(self, ref: JobRef, job_id: str) -> int:
+        """The unique job id of an array task or het component (Job.modify takes only that)."""
+        loaded = self._call("load jobs", lambda: list(self.mod.Jobs.load().values()))
+        found = match_job(ref, [(_ref_of(j), j) for j in loaded])
+        if found is None:
+            raise SlurmError(f"pyslurm: release job {job_id}: Invalid job id specified")
+        return int(found.id)
 
     def _update(self, nodes: Sequence[str], **changes: str) -> None:
-        if not nodes:
-            return
-        try:
-            self.mod.Node(**changes).modify(fold_nodes(nodes))
-        except Exception as exc:
-            raise SlurmError(f"pyslurm: cannot update {fold_nodes(nodes)}: {exc}") from None
+        hostlist = fold_nodes(nodes)  # validated names as one Slurm hostlist: one RPC
+        change = self.mod.Node(**changes)
+        self._call(f"update {hostlist}", lambda: self.mod.Node(hostlist).modify(change))
+
+
+def _ref_of(job: Any) -> tuple[int, int | None, int | None, int | None, int | None]:
+    """(job id, array id, array task, het id, het offset) of a pyslurm Job."""
+    het_id = job.heterogeneous_id or None
+    # pyslurm reads het offset 0 (the leader) as None: a het job's leader is offset 0
+    het_offset = (job.heterogeneous_offset or 0) if het_id else None
+    return int(job.id), job.array_id, job.array_task_id, het_id, het_offset
+
+
+def _node_name(value: Any) -> str:
+    try:
+        return validate_node(str(value or ""))
+    except ConfigError as exc:
+        raise SlurmError(f"pyslurm: {exc}") from None
+
+
+def _message(exc: BaseException) -> str:
+    """Slurm's own words for a pyslurm error, on one line."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= 200 else text[:197] + "..."

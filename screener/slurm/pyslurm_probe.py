@@ -1,0 +1,109 @@
+"""May this process use pyslurm? Decided without importing it here first.
+
+``import pyslurm`` initialises libslurm, which *exits the process* (a C-level fatal, rc 1)
+when it finds no Slurm config, and retries a missing ``SLURM_CONF`` for 60 s first. A hook
+that died that way would turn a fail-open prolog into a held job. So: the config source is
+checked the way Slurm's own tools find it, then the import is tried in a child process
+(~70 ms), and only then in this one.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from screener.errors import TransportError
+from screener.process import run_command
+
+DEFAULT_CONF = "/etc/slurm/slurm.conf"
+CONFIGLESS_CACHE = "/run/slurm/conf/slurm.conf"  # slurmd's cache in configless mode (22.05+)
+# pyslurm releases (major, minor) that tests/test_slurm_contract.py has passed against the
+# matching Slurm on a real slurmctld. `auto` uses no other: add one only after that suite
+# passes for it.
+VERIFIED = frozenset({(22, 5)})
+_CHILD = (
+    "import json, pyslurm; "
+    "print(json.dumps({'version': pyslurm.__version__, 'api': pyslurm.slurm_api_version()}))"
+)
+
+
+@dataclass(frozen=True)
+class PyslurmProbe:
+    """What the child saw: pyslurm's version and the Slurm API it was built for, or why not."""
+
+    version: tuple[int, ...] | None
+    slurm: tuple[int, ...] | None
+    why: str  # the reason when it cannot be used, else "pyslurm X for Slurm Y"
+
+
+def version_numbers(text: str) -> tuple[int, ...]:
+    """ "22.5.3" -> (22, 5, 3); "22.05.8" -> (22, 5, 8): compared as numbers, never strings."""
+    return tuple(int(p) for p in re.findall(r"\d+", text)[:3])
+
+
+def shown(version: tuple[int, ...], slurm_style: bool = False) -> str:
+    """(22, 5, 8) as Slurm writes it ("22.05.8") or as pyslurm does ("22.5.8")."""
+    if slurm_style and len(version) >= 2:
+        return ".".join([str(version[0]), f"{version[1]:02d}", *map(str, version[2:])])
+    return ".".join(map(str, version))
+
+
+def conf_source(env: Mapping[str, str]) -> tuple[str | None, str]:
+    """(path, why): the slurm.conf libslurm will read, as Slurm's tools look for it."""
+    named = env.get("SLURM_CONF")
+    if named:
+        if Path(named).is_file():
+            return named, f"SLURM_CONF={named}"
+        return None, f"SLURM_CONF={named} is not a file"
+    for path in (DEFAULT_CONF, CONFIGLESS_CACHE):
+        if Path(path).is_file():
+            return path, path
+    return None, f"no Slurm config (SLURM_CONF unset, no {DEFAULT_CONF} nor {CONFIGLESS_CACHE})"
+
+
+def judge(probe: PyslurmProbe, forced: bool) -> tuple[bool, str]:
+    """(use pyslurm?, why) from the child's answer; pure. ``forced`` = backend = pyslurm."""
+    if probe.version is None or probe.slurm is None:
+        return False, probe.why
+    mine, theirs = probe.version[:2], probe.slurm[:2]
+    names = f"pyslurm {shown(probe.version)} built for Slurm {shown(probe.slurm, True)}"
+    if mine != theirs:
+        return False, f"{names}: versions differ"
+    if mine in VERIFIED:
+        return True, f"{names}: contract-tested"
+    if forced:
+        return True, f"{names}: forced, not contract-tested (tests/test_slurm_contract.py)"
+    return False, f"{names}: not contract-tested, auto keeps the CLI"
+
+
+def probe_pyslurm(timeout_s: float, env: Mapping[str, str] | None = None) -> PyslurmProbe:
+    """Try ``import pyslurm`` in a child with this environment; never import it here."""
+    environ = os.environ if env is None else env
+    if importlib.util.find_spec("pyslurm") is None:
+        return PyslurmProbe(None, None, "pyslurm not installed")
+    path, why = conf_source(environ)
+    if path is None:
+        return PyslurmProbe(None, None, why)
+    try:
+        res = run_command([sys.executable, "-c", _CHILD], timeout=timeout_s, env=env)
+    except TransportError as exc:
+        return PyslurmProbe(None, None, f"import pyslurm in a child: {exc.message}")
+    if res.exit_status != 0:
+        lines = [ln.strip() for ln in res.stderr.splitlines() if ln.strip()]
+        last = lines[-1][:160] if lines else f"exit status {res.exit_status}"
+        return PyslurmProbe(None, None, f"import pyslurm fails with {why}: {last}")
+    try:
+        data = json.loads(res.stdout)
+        return PyslurmProbe(
+            version_numbers(str(data["version"])),
+            tuple(int(v) for v in data["api"]),
+            "",
+        )
+    except (ValueError, KeyError, TypeError):
+        return PyslurmProbe(None, None, "import pyslurm in a child printed no version")
