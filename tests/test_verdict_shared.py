@@ -75,3 +75,60 @@ def test_ratio_below_one_percent_keeps_its_digits() -> None:
     from screener.verdict.rules import fmt_ratio
 
     assert (fmt_ratio(20 / 5745), fmt_ratio(0.43), fmt_ratio(1.0)) == ("0.0035", "0.43", "1.00")
+
+
+# ---- shared cause across history (issue 24) ---------------------------------------------
+
+
+def test_seven_of_eight_below_their_history_together_blame_nobody() -> None:
+    """Issue 24's case: seven nodes slowed ~4x together (noisy: 0.23-0.30x of their own
+    3,000 MB/s), one untouched. Only two fall below the history rule's 0.25x, too few for
+    the plain shared-cause count, so before both were blamed (seen: a slowed node confirmed
+    SLOW_READ on `0.24x its own median`)."""
+    slowed = [700, 760, 800, 900, 720, 850, 780]  # 0.23x .. 0.30x of 3,000
+    probes = [node(f"n{i:02d}", read=r, write=480) for i, r in enumerate(slowed, 1)]
+    probes.append(node("n08", read=3000, write=2800))
+    history = {p.node: [3000 * MB] * 5 for p in probes}
+    summary = evaluate(probes, history, POLICY)
+    got = statuses(summary)
+    assert suspects(summary) == [] and drainable(summary, confirm=False) == []
+    assert got.pop("n08") == Status.OK
+    below = [n for n, r in zip(got, slowed, strict=True) if r < 0.25 * 3000]
+    assert below == ["n01", "n05"]
+    assert all(got[n] == Status.UNKNOWN for n in below)  # not blamed, visible
+    assert all(got[n] == Status.OK for n in got if n not in below)  # within peers and level
+    assert summary.shared_cause and absolved(summary) == below
+    assert "2/8 nodes read below 0.25x their own history" in summary.shared_cause_reason
+
+
+def test_a_lone_node_below_its_history_is_still_blamed() -> None:
+    """The fleet reads at its history: the level is 1, the plain rule holds."""
+    probes = spread(8)
+    probes[2] = node("n03", read=600, write=700)  # 0.2x its own, and 0.2x the peers
+    history = {p.node: [3000 * MB] * 5 for p in probes}
+    summary = evaluate(probes, history, POLICY)
+    v = next(v for v in summary.verdicts if v.node == "n03")
+    assert v.status == Status.SLOW_READ and "history" in v.signals
+    assert "the round's nodes read" not in v.reason and not summary.shared_cause
+
+
+def test_the_history_bar_moves_with_the_round_and_says_so() -> None:
+    """Everyone at 0.6x their history (a busier hour): a node at 0.12x its own (0.2x the
+    level) is blamed, with the level in the reason; one at 0.2x its own (0.33x) is not."""
+    probes = spread(8, read=1800)
+    probes[0] = node("n01", read=360, write=2800)
+    probes[1] = node("n02", read=600, write=2800)
+    history = {p.node: [3000 * MB] * 5 for p in probes}
+    summary = evaluate(probes, history, POLICY)
+    v1, v2 = summary.verdicts[0], summary.verdicts[1]
+    assert "history" in v1.signals and "(the round's nodes read 0.6" in v1.reason, v1.reason
+    assert "history" not in v2.signals, v2.reason
+    assert not summary.shared_cause  # 0.6x is not a fleet-wide slowdown
+
+
+def test_without_enough_nodes_with_history_the_plain_rule_holds() -> None:
+    probes = spread(8)
+    probes[0] = node("n01", read=720, write=2800)  # 0.24x its own
+    history = {"n01": [3000 * MB] * 5, "n02": [3000 * MB] * 5}  # 2 < min_peers
+    summary = evaluate(probes, history, POLICY)
+    assert "history" in summary.verdicts[0].signals

@@ -9,6 +9,7 @@ the rules live in ``screener.verdict.rules``, confirmation in
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
@@ -24,12 +25,14 @@ from screener.verdict.confirm import (
 )
 from screener.verdict.rules import (
     MIN_HISTORY,
+    SHARED_HISTORY_LEVEL,
     PeerStats,
     TailStats,
     fact_drift,
     fact_problems,
     fmt_iops,
     fmt_mb,
+    history_drift,
     history_reason,
     peer_reason,
     peer_stats,
@@ -58,7 +61,11 @@ class _Peers:
 
 
 def _read_signals(
-    p: NodeProbe, peers: _Peers, history: Sequence[float], policy: VerdictPolicy
+    p: NodeProbe,
+    peers: _Peers,
+    history: Sequence[float],
+    policy: VerdictPolicy,
+    drift: float | None,
 ) -> tuple[list[str], list[str]]:
     """Rules that say "this node reads slowly": (signal tags, reason parts)."""
     assert p.seq_read is not None and p.seq_write is not None
@@ -93,7 +100,7 @@ def _read_signals(
         if policy.min_rand_read_iops and iops < policy.min_rand_read_iops:
             tags.append("abs_rand")
             why.append(f"4k rand read {iops:,.0f} IOPS < floor {policy.min_rand_read_iops:g}")
-    if text := history_reason(bw, history, policy):
+    if text := history_reason(bw, history, policy, drift):
         tags.append("history")
         why.append(text)
     return tags, why
@@ -122,10 +129,12 @@ def _judge(
     history: Sequence[float],
     drift: Sequence[str],
     policy: VerdictPolicy,
+    history_level: float | None = None,
 ) -> Verdict:
-    """Verdict for one usable node given the round's peer statistics."""
+    """Verdict for one usable node given the round's peer statistics (``history_level``:
+    the round's typical read / own history, see rules.history_drift)."""
     assert p.seq_read is not None and p.seq_write is not None
-    r_tags, r_why = _read_signals(p, peers, history, policy)
+    r_tags, r_why = _read_signals(p, peers, history, policy, history_level)
     w_tags, w_why = _write_signals(p, peers, policy)
     problems = fact_problems(p.facts)
     bw, iops = p.seq_read.bw_bytes, p.rand_read.iops if p.rand_read else None
@@ -216,18 +225,23 @@ def evaluate(
     usable = [p for p in probes if p.usable]
     peers = _peers(usable, fleet, policy)
     drift = fact_drift({p.node: p.facts for p in usable})
+    reads = {p.node: p.seq_read.bw_bytes for p in usable if p.seq_read}
+    level, counted = history_drift(reads, history, policy.min_peers)
     verdicts: dict[str, Verdict] = {}
     for p in probes:
         if not p.usable:
             verdicts[p.node] = shadowed(_failure(p, policy), policy.shadow)
         else:
             hist = history.get(p.node, ())
-            judged = _judge(p, peers, hist, drift.get(p.node, []), policy)
+            judged = _judge(p, peers, hist, drift.get(p.node, []), policy, level)
             verdicts[p.node] = shadowed(judged, policy.shadow)
     if len(usable) < policy.min_peers:
         shared_reason = _small_allocation(verdicts, len(usable), peers, policy)
     else:
         shared_reason = _shared_cause(verdicts, len(usable), peers, policy)
+    if level is not None and level < SHARED_HISTORY_LEVEL:
+        below = _shared_history(verdicts, reads, history, policy, level, counted)
+        shared_reason = "; ".join(r for r in (shared_reason, below) if r)
     return RunSummary(
         verdicts=tuple(verdicts[p.node] for p in probes),
         shared_cause=bool(shared_reason),
@@ -273,6 +287,44 @@ def _shared_cause(
                 signals=(*v.signals, SHARED_CAUSE_TAG),
             )
     return reason
+
+
+def _shared_history(
+    verdicts: dict[str, Verdict],
+    reads: Mapping[str, float],
+    history: Mapping[str, Sequence[float]],
+    policy: VerdictPolicy,
+    level: float,
+    counted: int,
+) -> str:
+    """The round's nodes read well below their own history *together* (median ratio under
+    SHARED_HISTORY_LEVEL): a fleet-wide slowdown the peers cannot see, as they share it.
+    The history rule already judged each node against that level; the nodes the plain rule
+    would have blamed (below ``history_drop`` x own) become UNKNOWN with signal
+    ``shared_cause`` (a guard_trip each; baselines, so history learns the new level), as
+    in _shared_cause. An outlier within it stays slow. Returns the run's reason."""
+    below = []
+    for node, bw in reads.items():
+        past = history.get(node, ())
+        if len(past) < MIN_HISTORY or bw >= policy.history_drop * statistics.median(past):
+            continue
+        below.append(node)
+        v = verdicts[node]
+        if is_suspect(v) or SHARED_CAUSE_TAG in v.signals:  # an outlier, or already said
+            continue
+        verdicts[node] = replace(
+            v,
+            status=Status.UNKNOWN,
+            reason=f"below its own history with the round's nodes, not blamed ({v.reason})",
+            baseline=True,
+            signals=(*v.signals, SHARED_CAUSE_TAG),
+        )
+    if not below:
+        return ""
+    return (
+        f"{len(below)}/{counted} nodes read below {policy.history_drop:g}x their own history "
+        f"(the round's median {level:.2f}x): shared cause, not blamed on any one node"
+    )
 
 
 def _small_allocation(

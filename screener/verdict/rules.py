@@ -203,14 +203,46 @@ def tail_signals(
     return tags, why
 
 
-def history_reason(bw: float, history: Sequence[float], policy: VerdictPolicy) -> str | None:
-    """Own-history rule: seq read below ``history_drop`` x the median of past baselines."""
+def history_reason(
+    bw: float, history: Sequence[float], policy: VerdictPolicy, drift: float | None = None
+) -> str | None:
+    """Own-history rule: seq read below ``history_drop`` x the median of past baselines.
+
+    ``drift`` is the round's typical ratio to own history (history_drift). When the round's
+    nodes all read below their history together, the bar moves down with them: a node is
+    blamed for what is its own, not for the fleet's shared slowdown."""
     if len(history) < MIN_HISTORY:
         return None
     own = statistics.median(history)
-    if own > 0 and bw < policy.history_drop * own:
-        return f"seq read {fmt_ratio(bw / own)}x its own median {fmt_mb(own)}"
-    return None
+    if own <= 0:
+        return None
+    shared = min(1.0, drift) if drift is not None and drift > 0 else 1.0
+    if bw >= policy.history_drop * own * shared:
+        return None
+    text = f"seq read {fmt_ratio(bw / own)}x its own median {fmt_mb(own)}"
+    if shared < 1.0:
+        text += f" (the round's nodes read {fmt_ratio(shared)}x theirs)"
+    return text
+
+
+# The round's nodes reading below this fraction of their own history (median) is a
+# fleet-wide slowdown: those the plain history rule would blame are a shared cause instead.
+SHARED_HISTORY_LEVEL = 0.5
+
+
+def history_drift(
+    reads: Mapping[str, float], history: Mapping[str, Sequence[float]], min_nodes: int
+) -> tuple[float | None, int]:
+    """(median of seq read / own history median, nodes counted) over the round's nodes with
+    enough history; None when fewer than ``min_nodes`` have it (no fleet-wide yardstick)."""
+    ratios = []
+    for node, bw in reads.items():
+        past = history.get(node, ())
+        if len(past) >= MIN_HISTORY and (own := statistics.median(past)) > 0:
+            ratios.append(bw / own)
+    if len(ratios) < min_nodes:
+        return None, len(ratios)
+    return statistics.median(ratios), len(ratios)
 
 
 def read_stall(p: NodeProbe, policy: VerdictPolicy) -> str | None:
