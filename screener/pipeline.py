@@ -33,6 +33,7 @@ from screener.probe.preflight import parse_preflight, preflight_argv
 from screener.probe_data import FleetFigure, IostatSample, NodeFacts, NodeProbe, RunSummary, Trigger
 from screener.steady import annotate, deep_rounds
 from screener.transport.base import CommandResult, Transport, check
+from screener.verdict.confirm import borderline_level
 from screener.verdict.judge import confirm, evaluate, references, suspects
 
 
@@ -455,7 +456,10 @@ async def screen(
             final.update({p.node: p for p in second if p.node in again})
             deep.update({n: got2[n] for n in again if got2[n].steady is not None})
             summary = confirm(
-                summary, judge_round2(first, second, refs, history, fleet, policy), refs
+                summary,
+                judge_round2(first, second, refs, history, fleet, policy),
+                refs,
+                borderline_level(policy.verdict),
             )
         if deep:  # after the judgement: whether each node settled explains, never decides
             window = policy.sweep.deep_window

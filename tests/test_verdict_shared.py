@@ -6,7 +6,8 @@ which round it is from. Probes are the captured fio output scaled (tests/test_ve
 from __future__ import annotations
 
 from screener.hooks.decide import absolved, drain_reason, drainable
-from screener.probe_data import Status
+from screener.probe_data import RunSummary, Status
+from screener.verdict.confirm import borderline_level
 from screener.verdict.judge import SLOW, confirm, evaluate, references, suspects
 from tests.test_verdict_hold import MB, POLICY, node, spread, statuses
 
@@ -132,3 +133,46 @@ def test_without_enough_nodes_with_history_the_plain_rule_holds() -> None:
     history = {"n01": [3000 * MB] * 5, "n02": [3000 * MB] * 5}  # 2 < min_peers
     summary = evaluate(probes, history, POLICY)
     assert "history" in summary.verdicts[0].signals
+
+
+# ---- both rounds' evidence (issue 24) ------------------------------------------------------
+
+
+def _reprobed(round2_read: float) -> RunSummary:
+    """n01 reads 0.3x its peers in round 1, then ``round2_read`` MB/s beside 3,000 MB/s refs."""
+    probes = spread(8)
+    probes[0] = node("n01", read=900, write=2800)
+    first = evaluate(probes, {}, POLICY)
+    assert suspects(first) == ["n01"]
+    refs = references(first, POLICY.confirm_references)
+    second = [node("n01", read=round2_read)] + [node(r, read=3000) for r in refs]
+    level = borderline_level(POLICY)
+    return confirm(first, evaluate(second, {}, POLICY), refs, level)
+
+
+def test_a_suspect_still_below_its_peers_in_round_two_is_degraded_never_ok() -> None:
+    """0.3x, then 0.6x: no rule fires in round 2 (the peer rule needs < 0.5x), but slower
+    than its peers twice is not 'transient'. DEGRADED: not drained, no fast path."""
+    merged = _reprobed(1800)
+    v = merged.verdicts[0]
+    assert round(borderline_level(POLICY), 2) == 0.71
+    assert v.status == Status.DEGRADED and "borderline" in v.signals, v.reason
+    assert v.reason.startswith("borderline: slower than its peers in both rounds: round 2 ")
+    assert "0.60x the round-2 peer median (< 0.71)" in v.reason, v.reason
+    assert "round 1: seq read 900 MB/s" in v.reason and not v.baseline
+    assert drainable(merged, confirm=True) == []
+
+
+def test_a_suspect_at_par_in_round_two_was_transient() -> None:
+    merged = _reprobed(2700)
+    v = merged.verdicts[0]
+    assert v.status == Status.OK and v.reason.startswith("transient: "), v.reason
+
+
+def test_borderline_off_keeps_the_old_transient() -> None:
+    probes = spread(8)
+    probes[0] = node("n01", read=900, write=2800)
+    first = evaluate(probes, {}, POLICY)
+    refs = references(first, POLICY.confirm_references)
+    second = [node("n01", read=1800)] + [node(r, read=3000) for r in refs]
+    assert confirm(first, evaluate(second, {}, POLICY), refs).verdicts[0].status == Status.OK

@@ -3,15 +3,26 @@ re-probe round is merged into the first round's verdicts. Pure, like screener.ve
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import replace
 
+from screener.policy import VerdictPolicy
 from screener.probe_data import RunSummary, Status, Verdict
 from screener.verdict.rules import fmt_ratio
 
 SLOW = (Status.SLOW_READ, Status.SLOW_WRITE)
 # Signal of a slow node a shared cause explained (UNKNOWN, not blamed, not drained).
 SHARED_CAUSE_TAG = "shared_cause"
+# Signal of a suspect whose re-probe passed the rules but still read below the borderline
+BORDERLINE_TAG = "borderline"
+
+
+def borderline_level(policy: VerdictPolicy) -> float:
+    """Round-2 read ratio below which a suspect whose re-probe passed is DEGRADED, not OK:
+    halfway (geometrically) between the peer rule's gap ``min_peer_drop`` (0.5) and par,
+    0.71 by default. Only a suspect of round 1 is ever held to it."""
+    return math.sqrt(policy.min_peer_drop)
 
 
 def is_suspect(v: Verdict) -> bool:
@@ -41,7 +52,9 @@ def references(summary: RunSummary, count: int) -> list[str]:
     return [v.node for v in ok[: max(count, len(slow))]]
 
 
-def confirm(first: RunSummary, second: RunSummary, refs: Sequence[str] = ()) -> RunSummary:
+def confirm(
+    first: RunSummary, second: RunSummary, refs: Sequence[str] = (), borderline: float = 0.0
+) -> RunSummary:
     """Merge a re-probe round into the first round's verdicts.
 
     ``second`` was evaluated over the re-probed suspects beside the re-probed reference
@@ -51,6 +64,11 @@ def confirm(first: RunSummary, second: RunSummary, refs: Sequence[str] = ()) -> 
     Each median a merged reason quotes says its round: the run's peer medians (the table's)
     stay round 1's, a confirmed node's figures and the median they were judged against are
     round 2's. The run has a shared cause if either round found one.
+
+    Evidence of both rounds counts: a suspect whose re-probe passed the rules but still read
+    below ``borderline`` x the round-2 peer median (0 = off) was slow twice, only not
+    clearly enough the second time: DEGRADED (signal ``borderline``, not drained, never
+    the fast path), never OK.
     """
     basis = (
         f"round 2 beside {len(refs)} reference nodes"
@@ -72,6 +90,21 @@ def confirm(first: RunSummary, second: RunSummary, refs: Sequence[str] = ()) -> 
         elif v2.status == Status.UNKNOWN:
             text = f"suspect ({_label(v.reason, 'round-1')}) but re-probe: {now} [{basis}]"
             merged.append(replace(v2, reason=text))
+        elif (ratio := _read_ratio(v2)) is not None and ratio < borderline:
+            text = (
+                f"borderline: slower than its peers in both rounds: round 2 seq read "
+                f"{fmt_ratio(ratio)}x the {r2} peer median (< {borderline:.2f}), round 1: "
+                f"{_label(v.reason, 'round-1')} [{basis}]"
+            )
+            merged.append(
+                replace(
+                    v2,
+                    status=Status.DEGRADED,
+                    reason=text,
+                    baseline=False,
+                    signals=(*v2.signals, BORDERLINE_TAG),
+                )
+            )
         else:
             text = (
                 f"transient: first probe {_label(v.reason, 'round-1')}; re-probe passed [{basis}]"
@@ -84,6 +117,13 @@ def confirm(first: RunSummary, second: RunSummary, refs: Sequence[str] = ()) -> 
         shared_cause=shared.shared_cause,
         shared_cause_reason=shared.shared_cause_reason,
     )
+
+
+def _read_ratio(v: Verdict) -> float | None:
+    """Seq read against the peer median it was judged against, when both are known."""
+    if v.read_mb_s is None or not v.peer_read_mb_s:
+        return None
+    return v.read_mb_s / v.peer_read_mb_s
 
 
 def _label(reason: str, rnd: str) -> str:
