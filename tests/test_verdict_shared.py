@@ -138,7 +138,7 @@ def test_without_enough_nodes_with_history_the_plain_rule_holds() -> None:
 # ---- both rounds' evidence (issue 24) ------------------------------------------------------
 
 
-def _reprobed(round2_read: float) -> RunSummary:
+def _reprobed(round2_read: float, level: float | None = None) -> RunSummary:
     """n01 reads 0.3x its peers in round 1, then ``round2_read`` MB/s beside 3,000 MB/s refs."""
     probes = spread(8)
     probes[0] = node("n01", read=900, write=2800)
@@ -146,7 +146,7 @@ def _reprobed(round2_read: float) -> RunSummary:
     assert suspects(first) == ["n01"]
     refs = references(first, POLICY.confirm_references)
     second = [node("n01", read=round2_read)] + [node(r, read=3000) for r in refs]
-    level = borderline_level(POLICY)
+    level = borderline_level(POLICY) if level is None else level
     return confirm(first, evaluate(second, {}, POLICY), refs, level)
 
 
@@ -170,9 +170,4 @@ def test_a_suspect_at_par_in_round_two_was_transient() -> None:
 
 
 def test_borderline_off_keeps_the_old_transient() -> None:
-    probes = spread(8)
-    probes[0] = node("n01", read=900, write=2800)
-    first = evaluate(probes, {}, POLICY)
-    refs = references(first, POLICY.confirm_references)
-    second = [node("n01", read=1800)] + [node(r, read=3000) for r in refs]
-    assert confirm(first, evaluate(second, {}, POLICY), refs).verdicts[0].status == Status.OK
+    assert _reprobed(1800, level=0.0).verdicts[0].status == Status.OK
