@@ -25,7 +25,7 @@ def select_client(policy: SlurmPolicy) -> tuple[SlurmClient, str]:
         except Exception as exc:
             ok, why = False, f"import pyslurm: {type(exc).__name__}: {exc}"
         else:
-            return PyslurmClient(mod, policy.command_timeout_s), f"pyslurm: {why}"
+            return PyslurmClient(mod), f"pyslurm: {why}"
     if forced:
         raise SlurmError(f"slurm.backend = pyslurm but {why}")
     return CliSlurm(policy.command_timeout_s), f"cli: {why}; using sinfo/squeue/scontrol"

@@ -30,7 +30,7 @@ def _load(text: str, what: str) -> dict[str, Any]:
         data = json.loads(text)
     except (ValueError, RecursionError) as exc:  # ValueError: also ints beyond 4300 digits
         raise SlurmError(
-            f"{what} did not print JSON: {_line(str(exc) or type(exc).__name__)}"
+            f"{what} did not print JSON: {one_line(str(exc) or type(exc).__name__)}"
         ) from None
     if not isinstance(data, dict):
         raise SlurmError(f"{what} printed JSON that is not an object")
@@ -38,12 +38,12 @@ def _load(text: str, what: str) -> dict[str, Any]:
     if not isinstance(errors, list):
         raise SlurmError(f"{what} printed 'errors' that is not a list")
     if errors:
-        raise SlurmError(f"{what} reported: {_line(_text(errors[0])) or 'an error'}")
+        raise SlurmError(f"{what} reported: {one_line(_text(errors[0])) or 'an error'}")
     return data
 
 
-def _line(text: str, limit: int = 200) -> str:
-    """One short line of Slurm-provided text for an error message."""
+def one_line(text: str, limit: int = 200) -> str:
+    """One short line of Slurm-provided text for an error message (both backends)."""
     flat = " ".join(text.split())
     return flat if len(flat) <= limit else flat[: limit - 3] + "..."
 
@@ -82,7 +82,7 @@ def _items(value: Any, what: str) -> list[Any]:
     return value
 
 
-def _node(value: Any, what: str) -> str:
+def node_name(value: Any, what: str) -> str:
     """A node name from Slurm output, validated (it ends up in argv and ssh host names)."""
     try:
         return validate_node(_text(value))
@@ -90,7 +90,7 @@ def _node(value: Any, what: str) -> str:
         raise SlurmError(f"{what}: {exc}") from None
 
 
-def _states(state: Any, flags: Any) -> frozenset[str]:
+def node_states(state: Any, flags: Any) -> frozenset[str]:
     """Base state plus flags, upper case: "idle"+["DRAIN"] and ["IDLE","DRAIN"] agree."""
     items = list(state) if isinstance(state, list) else [state]
     items += flags if isinstance(flags, list) else []
@@ -112,10 +112,10 @@ def parse_sinfo(text: str) -> list[SlurmNode]:
     if isinstance(data.get("nodes"), list):
         for raw in data["nodes"]:
             rec = _obj(raw, f"{what}: a node record")
-            name = _node(rec.get("name"), what)
+            name = node_name(rec.get("name"), what)
             found[name] = SlurmNode(
                 name=name,
-                states=_states(rec.get("state"), rec.get("state_flags")),
+                states=node_states(rec.get("state"), rec.get("state_flags")),
                 reason=_text(rec.get("reason")),
                 partitions=_partitions(rec.get("partitions"), f"{what}: partitions of {name}"),
             )
@@ -124,11 +124,11 @@ def parse_sinfo(text: str) -> list[SlurmNode]:
             rec = _obj(raw, f"{what}: an sinfo record")
             nodes = _obj(rec.get("nodes"), f"{what}: sinfo[].nodes")
             names = _items(nodes.get("nodes"), f"{what}: sinfo[].nodes.nodes")
-            states = _states(_obj(rec.get("node"), f"{what}: sinfo[].node").get("state"), None)
+            states = node_states(_obj(rec.get("node"), f"{what}: sinfo[].node").get("state"), None)
             part = _text(_obj(rec.get("partition"), f"{what}: sinfo[].partition").get("name"))
             reason = _text(rec.get("reason"))
             for one in names:
-                name = _node(one, what)
+                name = node_name(one, what)
                 old = found.get(name)
                 parts = (*old.partitions, part) if old and part else ((part,) if part else ())
                 found[name] = SlurmNode(name, states, reason, parts)
@@ -154,11 +154,7 @@ def parse_squeue_keyed(text: str) -> list[tuple[JobKey, SlurmJob]]:
         rec = _obj(raw, f"{what}: a job record")
         unique = _number(rec.get("job_id"))
         job_id = str(unique)
-        nodelist = _text(rec.get("nodes"))
-        try:
-            nodes = tuple(expand_nodeset(nodelist)) if nodelist.strip() else ()
-        except ConfigError as exc:
-            raise SlurmError(f"{what}: job {job_id}: {exc}") from None
+        nodes = job_nodes(_text(rec.get("nodes")), f"{what}: job {job_id}")
         state = rec.get("job_state")
         het_id = _optional(rec.get("het_job_id")) or None  # 0: not a het job
         key: JobKey = (
@@ -186,6 +182,14 @@ def parse_squeue_keyed(text: str) -> list[tuple[JobKey, SlurmJob]]:
     return out
 
 
+def job_nodes(nodelist: str, what: str) -> tuple[str, ...]:
+    """A job's Slurm hostlist as validated node names (both backends); SlurmError if bad."""
+    try:
+        return tuple(expand_nodeset(nodelist)) if nodelist.strip() else ()
+    except ConfigError as exc:
+        raise SlurmError(f"{what}: {exc}") from None
+
+
 def _optional(value: Any) -> int | None:
     """An optional integer field: None when null or {"set": false} (newer Slurm)."""
     if value is None or (isinstance(value, dict) and not value.get("set", True)):
@@ -198,8 +202,10 @@ def _number(value: Any) -> int:
     if isinstance(value, dict):
         value = value.get("number", 0) if value.get("set", True) else 0
     if isinstance(value, bool) or not isinstance(value, int | float | str):
-        raise SlurmError(f"expected a number in Slurm JSON, got {_line(repr(value), 60)}")
+        raise SlurmError(f"expected a number in Slurm JSON, got {one_line(repr(value), 60)}")
     try:
         return int(value)
     except (ValueError, OverflowError):  # "x", nan, inf, a string of 5,000 digits
-        raise SlurmError(f"expected a number in Slurm JSON, got {_line(repr(value), 60)}") from None
+        raise SlurmError(
+            f"expected a number in Slurm JSON, got {one_line(repr(value), 60)}"
+        ) from None

@@ -12,18 +12,19 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from screener.errors import ConfigError, SlurmError
-from screener.hostlist import expand_nodeset, fold_nodes, validate_node
+from screener.errors import SlurmError
+from screener.hostlist import fold_nodes
 from screener.slurm.client import SlurmJob, SlurmNode, check_job_id, check_reason
-from screener.slurm.job_id import JobRef, match_job, parse_job_id
+from screener.slurm.job_id import JobKey, JobRef, match_job, parse_job_id
+from screener.slurm.parse import job_nodes, node_name, one_line
+from screener.slurm.parse import node_states as flag_set
 
 T = TypeVar("T")
-_STATE_SUFFIXES = "*~#!%$@^-"
 
 
 def node_states(state: str) -> frozenset[str]:
     """pyslurm's one state string ("IDLE+DRAIN", "MIXED+DRAIN") as the CLI's set of flags."""
-    return frozenset(s.upper().rstrip(_STATE_SUFFIXES) for s in state.split("+") if s)
+    return flag_set(state.split("+"), None)
 
 
 class PyslurmClient:
@@ -31,23 +32,24 @@ class PyslurmClient:
 
     name = "pyslurm"
 
-    def __init__(self, mod: Any, timeout_s: float = 20.0) -> None:
-        self.mod = mod
-        self.timeout_s = timeout_s  # kept for doctor; libslurm's MessageTimeout bounds RPCs
+    def __init__(self, mod: Any) -> None:
+        self.mod = mod  # no timeout of ours: libslurm's MessageTimeout bounds every RPC
 
     def _call(self, what: str, fn: Callable[[], T]) -> T:
         """Run one pyslurm RPC; any failure is a one-line SlurmError in Slurm's words."""
         try:
             return fn()
         except Exception as exc:  # RPCError, ValueError, or pyslurm's own AttributeError
-            raise SlurmError(f"pyslurm: {what}: {_message(exc)}") from None
+            raise SlurmError(
+                f"pyslurm: {what}: {one_line(str(exc)) or type(exc).__name__}"
+            ) from None
 
     def nodes(self, names: Sequence[str] | None = None) -> list[SlurmNode]:
         loaded = self._call("load nodes", lambda: list(self.mod.Nodes.load().values()))
         wanted = None if names is None else set(names)
         out: dict[str, SlurmNode] = {}
         for node in loaded:
-            name = _node_name(node.name)
+            name = node_name(str(node.name or ""), "pyslurm")
             if wanted is not None and name not in wanted:
                 continue
             out[name] = SlurmNode(
@@ -59,19 +61,12 @@ class PyslurmClient:
         return [out[n] for n in sorted(out)]
 
     def job(self, job_id: str) -> SlurmJob | None:
-        ref = parse_job_id(check_job_id(job_id))
-        loaded = self._call("load jobs", lambda: list(self.mod.Jobs.load().values()))
-        found = match_job(ref, [(_ref_of(j), j) for j in loaded])
+        found = self._find(parse_job_id(check_job_id(job_id)))
         if found is None:
             return None
-        nodelist = str(found.allocated_nodes or "")
-        try:
-            nodes = tuple(expand_nodeset(nodelist)) if nodelist.strip() else ()
-        except ConfigError as exc:
-            raise SlurmError(f"pyslurm: job {job_id}: {exc}") from None
         return SlurmJob(
             job_id=job_id,
-            nodes=nodes,
+            nodes=job_nodes(str(found.allocated_nodes or ""), f"pyslurm: job {job_id}"),
             partition=str(found.partition or ""),
             name=str(found.name or ""),
             comment=str(found.comment or ""),
@@ -90,17 +85,18 @@ class PyslurmClient:
 
     def release(self, job_id: str) -> None:
         ref = parse_job_id(check_job_id(job_id))
-        unique = ref.job_id if ref.kind == "job" else self._unique_id(ref, job_id)
+        unique = ref.job_id
+        if ref.kind != "job":  # Job.modify takes only the unique id of a task or component
+            if (found := self._find(ref)) is None:
+                raise SlurmError(f"pyslurm: release job {job_id}: Invalid job id specified")
+            unique = int(found.id)
         desc = self.mod.JobSubmitDescription(begin_time="now")  # = scontrol starttime=now
         self._call(f"release job {job_id}", lambda: self.mod.Job(unique).modify(desc))
 
-    def _unique_id(self, ref: JobRef, job_id: str) -> int:
-        """The unique job id of an array task or het component (Job.modify takes only that)."""
+    def _find(self, ref: JobRef) -> Any:
+        """The pyslurm Job ``ref`` names (screener.slurm.job_id), or None."""
         loaded = self._call("load jobs", lambda: list(self.mod.Jobs.load().values()))
-        found = match_job(ref, [(_ref_of(j), j) for j in loaded])
-        if found is None:
-            raise SlurmError(f"pyslurm: release job {job_id}: Invalid job id specified")
-        return int(found.id)
+        return match_job(ref, [(_key_of(j), j) for j in loaded])
 
     def _update(self, nodes: Sequence[str], **changes: str) -> None:
         hostlist = fold_nodes(nodes)  # validated names as one Slurm hostlist: one RPC
@@ -108,22 +104,9 @@ class PyslurmClient:
         self._call(f"update {hostlist}", lambda: self.mod.Node(hostlist).modify(change))
 
 
-def _ref_of(job: Any) -> tuple[int, int | None, int | None, int | None, int | None]:
+def _key_of(job: Any) -> JobKey:
     """(job id, array id, array task, het id, het offset) of a pyslurm Job."""
     het_id = job.heterogeneous_id or None
     # pyslurm reads het offset 0 (the leader) as None: a het job's leader is offset 0
     het_offset = (job.heterogeneous_offset or 0) if het_id else None
     return int(job.id), job.array_id, job.array_task_id, het_id, het_offset
-
-
-def _node_name(value: Any) -> str:
-    try:
-        return validate_node(str(value or ""))
-    except ConfigError as exc:
-        raise SlurmError(f"pyslurm: {exc}") from None
-
-
-def _message(exc: BaseException) -> str:
-    """Slurm's own words for a pyslurm error, on one line."""
-    text = " ".join(str(exc).split()) or type(exc).__name__
-    return text if len(text) <= 200 else text[:197] + "..."

@@ -39,7 +39,7 @@ class PyslurmProbe:
 
     version: tuple[int, ...] | None
     slurm: tuple[int, ...] | None
-    why: str  # the reason when it cannot be used, else "pyslurm X for Slurm Y"
+    why: str  # the reason when it cannot be used, else ""
 
 
 def version_numbers(text: str) -> tuple[int, ...]:
@@ -82,16 +82,15 @@ def judge(probe: PyslurmProbe, forced: bool) -> tuple[bool, str]:
     return False, f"{names}: not contract-tested, auto keeps the CLI"
 
 
-def probe_pyslurm(timeout_s: float, env: Mapping[str, str] | None = None) -> PyslurmProbe:
+def probe_pyslurm(timeout_s: float) -> PyslurmProbe:
     """Try ``import pyslurm`` in a child with this environment; never import it here."""
-    environ = os.environ if env is None else env
     if importlib.util.find_spec("pyslurm") is None:
         return PyslurmProbe(None, None, "pyslurm not installed")
-    path, why = conf_source(environ)
+    path, why = conf_source(os.environ)
     if path is None:
         return PyslurmProbe(None, None, why)
     try:
-        res = run_command([sys.executable, "-c", _CHILD], timeout=timeout_s, env=env)
+        res = run_command([sys.executable, "-c", _CHILD], timeout=timeout_s)
     except TransportError as exc:
         return PyslurmProbe(None, None, f"import pyslurm in a child: {exc.message}")
     if res.exit_status != 0:

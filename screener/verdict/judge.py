@@ -9,7 +9,6 @@ the rules live in ``screener.verdict.rules``, confirmation in
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
@@ -32,7 +31,8 @@ from screener.verdict.rules import (
     fact_problems,
     fmt_iops,
     fmt_mb,
-    history_drift,
+    history_level,
+    history_ratios,
     history_reason,
     peer_reason,
     peer_stats,
@@ -65,7 +65,7 @@ def _read_signals(
     peers: _Peers,
     history: Sequence[float],
     policy: VerdictPolicy,
-    drift: float | None,
+    level: float | None,
 ) -> tuple[list[str], list[str]]:
     """Rules that say "this node reads slowly": (signal tags, reason parts)."""
     assert p.seq_read is not None and p.seq_write is not None
@@ -100,7 +100,7 @@ def _read_signals(
         if policy.min_rand_read_iops and iops < policy.min_rand_read_iops:
             tags.append("abs_rand")
             why.append(f"4k rand read {iops:,.0f} IOPS < floor {policy.min_rand_read_iops:g}")
-    if text := history_reason(bw, history, policy, drift):
+    if text := history_reason(bw, history, policy, level):
         tags.append("history")
         why.append(text)
     return tags, why
@@ -132,7 +132,7 @@ def _judge(
     history_level: float | None = None,
 ) -> Verdict:
     """Verdict for one usable node given the round's peer statistics (``history_level``:
-    the round's typical read / own history, see rules.history_drift)."""
+    the round's typical read / own history, see rules.history_level)."""
     assert p.seq_read is not None and p.seq_write is not None
     r_tags, r_why = _read_signals(p, peers, history, policy, history_level)
     w_tags, w_why = _write_signals(p, peers, policy)
@@ -226,7 +226,8 @@ def evaluate(
     peers = _peers(usable, fleet, policy)
     drift = fact_drift({p.node: p.facts for p in usable})
     reads = {p.node: p.seq_read.bw_bytes for p in usable if p.seq_read}
-    level, counted = history_drift(reads, history, policy.min_peers)
+    ratios = history_ratios(reads, history)
+    level = history_level(ratios, policy.min_peers)
     verdicts: dict[str, Verdict] = {}
     for p in probes:
         if not p.usable:
@@ -240,7 +241,7 @@ def evaluate(
     else:
         shared_reason = _shared_cause(verdicts, len(usable), peers, policy)
     if level is not None and level < SHARED_HISTORY_LEVEL:
-        below = _shared_history(verdicts, reads, history, policy, level, counted)
+        below = _shared_history(verdicts, ratios, policy, level)
         shared_reason = "; ".join(r for r in (shared_reason, below) if r)
     return RunSummary(
         verdicts=tuple(verdicts[p.node] for p in probes),
@@ -290,25 +291,17 @@ def _shared_cause(
 
 
 def _shared_history(
-    verdicts: dict[str, Verdict],
-    reads: Mapping[str, float],
-    history: Mapping[str, Sequence[float]],
-    policy: VerdictPolicy,
-    level: float,
-    counted: int,
+    verdicts: dict[str, Verdict], ratios: Mapping[str, float], policy: VerdictPolicy, level: float
 ) -> str:
-    """The round's nodes read well below their own history *together* (median ratio under
-    SHARED_HISTORY_LEVEL): a fleet-wide slowdown the peers cannot see, as they share it.
-    The history rule already judged each node against that level; the nodes the plain rule
-    would have blamed (below ``history_drop`` x own) become UNKNOWN with signal
-    ``shared_cause`` (a guard_trip each; baselines, so history learns the new level), as
-    in _shared_cause. An outlier within it stays slow. Returns the run's reason."""
-    below = []
-    for node, bw in reads.items():
-        past = history.get(node, ())
-        if len(past) < MIN_HISTORY or bw >= policy.history_drop * statistics.median(past):
-            continue
-        below.append(node)
+    """The round's nodes read well below their own history *together* (``level``, the
+    median of ``ratios``, under SHARED_HISTORY_LEVEL): a fleet-wide slowdown the peers
+    cannot see, as they share it. The history rule already judged each node against that
+    level; the nodes the plain rule would have blamed (below ``history_drop`` x own) become
+    UNKNOWN with signal ``shared_cause`` (a guard_trip each; baselines, so history learns
+    the new level), as in _shared_cause. An outlier within it stays slow. Returns the
+    run's reason."""
+    below = [node for node, ratio in ratios.items() if ratio < policy.history_drop]
+    for node in below:
         v = verdicts[node]
         if is_suspect(v) or SHARED_CAUSE_TAG in v.signals:  # an outlier, or already said
             continue
@@ -322,8 +315,8 @@ def _shared_history(
     if not below:
         return ""
     return (
-        f"{len(below)}/{counted} nodes read below {policy.history_drop:g}x their own history "
-        f"(the round's median {level:.2f}x): shared cause, not blamed on any one node"
+        f"{len(below)}/{len(ratios)} nodes read below {policy.history_drop:g}x their own "
+        f"history (the round's median {level:.2f}x): shared cause, not blamed on any one node"
     )
 
 

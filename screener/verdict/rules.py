@@ -204,11 +204,11 @@ def tail_signals(
 
 
 def history_reason(
-    bw: float, history: Sequence[float], policy: VerdictPolicy, drift: float | None = None
+    bw: float, history: Sequence[float], policy: VerdictPolicy, level: float | None = None
 ) -> str | None:
     """Own-history rule: seq read below ``history_drop`` x the median of past baselines.
 
-    ``drift`` is the round's typical ratio to own history (history_drift). When the round's
+    ``level`` is the round's typical ratio to own history (history_level). When the round's
     nodes all read below their history together, the bar moves down with them: a node is
     blamed for what is its own, not for the fleet's shared slowdown."""
     if len(history) < MIN_HISTORY:
@@ -216,7 +216,7 @@ def history_reason(
     own = statistics.median(history)
     if own <= 0:
         return None
-    shared = min(1.0, drift) if drift is not None and drift > 0 else 1.0
+    shared = min(1.0, level) if level is not None and level > 0 else 1.0
     if bw >= policy.history_drop * own * shared:
         return None
     text = f"seq read {fmt_ratio(bw / own)}x its own median {fmt_mb(own)}"
@@ -230,19 +230,22 @@ def history_reason(
 SHARED_HISTORY_LEVEL = 0.5
 
 
-def history_drift(
-    reads: Mapping[str, float], history: Mapping[str, Sequence[float]], min_nodes: int
-) -> tuple[float | None, int]:
-    """(median of seq read / own history median, nodes counted) over the round's nodes with
-    enough history; None when fewer than ``min_nodes`` have it (no fleet-wide yardstick)."""
-    ratios = []
+def history_ratios(
+    reads: Mapping[str, float], history: Mapping[str, Sequence[float]]
+) -> dict[str, float]:
+    """Seq read / own history median, for the round's nodes with enough history."""
+    ratios = {}
     for node, bw in reads.items():
         past = history.get(node, ())
         if len(past) >= MIN_HISTORY and (own := statistics.median(past)) > 0:
-            ratios.append(bw / own)
-    if len(ratios) < min_nodes:
-        return None, len(ratios)
-    return statistics.median(ratios), len(ratios)
+            ratios[node] = bw / own
+    return ratios
+
+
+def history_level(ratios: Mapping[str, float], min_nodes: int) -> float | None:
+    """The round's typical ratio to own history (their median); None when fewer than
+    ``min_nodes`` nodes have history (no fleet-wide yardstick)."""
+    return statistics.median(ratios.values()) if len(ratios) >= min_nodes else None
 
 
 def read_stall(p: NodeProbe, policy: VerdictPolicy) -> str | None:
