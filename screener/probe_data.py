@@ -45,6 +45,9 @@ class FioJobResult:
     lat_p999_ns: float
     slow_fraction: float  # fraction of I/Os with completion latency >= 100 ms (from the bins)
     error: int = 0  # fio's per-job error code
+    iodepth: int = 0  # the job's queue depth as fio reported it (0: not reported)
+    stall_ios: int = 0  # I/Os in a stall mode of the latency histogram (probe/stalls.py)
+    stall_ns: float = 0.0  # that mode's median completion latency (0: no stall mode)
 
     @property
     def mb_s(self) -> float:

@@ -16,6 +16,7 @@ from typing import Any
 
 from screener.errors import ConfigError, ProbeError
 from screener.policy import ProbePolicy, target_problem
+from screener.probe.stalls import stall_mode
 from screener.probe_data import FioJobResult, FioRun
 
 JOBS = ("seq_write", "seq_read", "rand_read")
@@ -308,6 +309,8 @@ def _parse_job(job: Any, gopts: Mapping[str, Any], node: str) -> FioJobResult:
         lat = {p: _quantile(p, pct, bins, node, name) for p in (50.0, 99.0, 99.9)}
         mean = _num(clat.get("mean", 0.0), node, f"job {name} clat mean") * scale
         slow = _slow_fraction(bins) if bins else _slow_from_percentiles(pct)
+    depth = _iodepth(job, gopts)
+    stall = stall_mode(bins, depth) if total_ios else None
     return FioJobResult(
         name=name,
         rw=rw,
@@ -321,7 +324,20 @@ def _parse_job(job: Any, gopts: Mapping[str, Any], node: str) -> FioJobResult:
         lat_p999_ns=lat[99.9],
         slow_fraction=slow,
         error=error,
+        iodepth=depth,
+        stall_ios=stall.ios if stall else 0,
+        stall_ns=stall.median_ns if stall else 0.0,
     )
+
+
+def _iodepth(job: Mapping[str, Any], gopts: Mapping[str, Any]) -> int:
+    """fio's iodepth= for the job (its own option, else the global one), 0 when absent."""
+    opts = job.get("job options")
+    for source in (opts if isinstance(opts, dict) else {}, gopts):
+        raw = source.get("iodepth")
+        if isinstance(raw, str) and raw.isdigit():
+            return int(raw)
+    return 0
 
 
 def _job_rw(job: Mapping[str, Any], gopts: Mapping[str, Any]) -> str:

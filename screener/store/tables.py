@@ -201,6 +201,10 @@ class ProbeJobRecord(Base):
     lat_p999_ns: Mapped[float]
     slow_fraction: Mapped[float]
     error: Mapped[int] = mapped_column(Integer)
+    # Stall mode of the latency histogram (0006s; probe/stalls.py): rows from before are 0.
+    iodepth: Mapped[int] = mapped_column(Integer, server_default="0")
+    stall_ios: Mapped[int] = mapped_column(Integer, server_default="0")
+    stall_ns: Mapped[float] = mapped_column(server_default="0")
 
 
 class IostatRecord(Base):

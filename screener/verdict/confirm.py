@@ -18,6 +18,12 @@ SHARED_CAUSE_TAG = "shared_cause"
 BORDERLINE_TAG = "borderline"
 
 
+# A DEGRADED node with only these signals is not re-probed: facts and a read timeout are
+# not figures to compare, and a stall mode seen once is evidence a passing re-probe cannot
+# undo (stalls are intermittent); it stays DEGRADED and the next screen probes it again.
+NOT_SUSPECT_TAGS = frozenset({"facts", "read_timeout", "stalls", "shadow:stalls"})
+
+
 def borderline_level(policy: VerdictPolicy) -> float:
     """Round-2 read ratio below which a suspect whose re-probe passed is DEGRADED, not OK:
     halfway (geometrically) between the peer rule's gap ``min_peer_drop`` (0.5) and par,
@@ -28,7 +34,7 @@ def borderline_level(policy: VerdictPolicy) -> float:
 def is_suspect(v: Verdict) -> bool:
     """A verdict that a performance rule fired for (SLOW_*, or DEGRADED with slow figures)."""
     return v.status in SLOW or (
-        v.status == Status.DEGRADED and bool(set(v.signals) - {"facts", "read_timeout"})
+        v.status == Status.DEGRADED and bool(set(v.signals) - NOT_SUSPECT_TAGS)
     )
 
 

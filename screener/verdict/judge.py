@@ -25,6 +25,7 @@ from screener.verdict.confirm import (
 from screener.verdict.rules import (
     MIN_HISTORY,
     SHARED_HISTORY_LEVEL,
+    SOFT_TAGS,
     PeerStats,
     TailStats,
     fact_drift,
@@ -155,8 +156,16 @@ def _judge(
         recipe=p.recipe,
         peer_read_mb_s=peers.read.median / 1e6 if peers.read else None,
     )
+    hard = [t for t in r_tags if t not in SOFT_TAGS]
+    if not hard and not w_tags and r_tags:
+        # Only soft evidence (a stall mode): DEGRADED, probed again next time, never drained.
+        parts = r_why + problems + [f"drift: {d}" for d in drift]
+        tags = r_tags + (["facts"] if problems else [])
+        return replace(
+            figures, status=Status.DEGRADED, reason="; ".join(parts), signals=tuple(tags)
+        )
     if r_tags or w_tags:
-        status = Status.SLOW_READ if r_tags else Status.SLOW_WRITE
+        status = Status.SLOW_READ if hard else Status.SLOW_WRITE
         parts = r_why + w_why
         if problems:
             status = Status.DEGRADED

@@ -23,6 +23,14 @@ SLOW_IO_NS = 100e6  # the json+ bins count I/Os at or above this as slow (seed 0
 QUEUE_FACTOR = 4.0
 READ_JOBS = ("seq_read", "rand_read")
 TAIL_FIGURES = (("p99", "lat_p99_ns"), ("p99.9", "lat_p999_ns"))
+# A stall mode (probe/stalls.py) counts when its I/Os waited >= this x the peers' median
+# p99.9: healthy emulated nodes showed single ~65 ms scheduler hiccups of a whole queue
+# (1x their p99.9), the stalling node ~150 ms (2.5-3x) in seq reads and ~100 ms (10x) in
+# 4 KiB random reads.
+STALL_PEER_FACTOR = 2.0
+# Signals that make a node DEGRADED, never SLOW, when no other rule fired: evidence worth
+# probing again (not a baseline, no fast path), never a drain on its own.
+SOFT_TAGS = frozenset({"stalls"})
 
 
 @dataclass(frozen=True)
@@ -158,6 +166,8 @@ class TailStats:
 
     tails: Mapping[str, PeerStats | None]
     slow_median: float
+    count: int = 0  # nodes with this job
+    stalled: int = 0  # of which with a stall mode (probe/stalls.py)
 
 
 def tail_stats(jobs: Sequence[FioJobResult], policy: VerdictPolicy) -> TailStats:
@@ -165,7 +175,32 @@ def tail_stats(jobs: Sequence[FioJobResult], policy: VerdictPolicy) -> TailStats
     tails = {label: peer_stats([getattr(j, f) for j in jobs], policy) for label, f in TAIL_FIGURES}
     enough = len(jobs) >= policy.min_peers
     slow = statistics.median([j.slow_fraction for j in jobs]) if enough else 0.0
-    return TailStats(tails, slow)
+    stalled = sum(1 for j in jobs if j.stall_ios)
+    return TailStats(tails, slow, len(jobs), stalled)
+
+
+def stall_reason(
+    job: FioJobResult, label: str, peers: TailStats, policy: VerdictPolicy
+) -> str | None:
+    """``stalls``: the job's latency histogram is bimodal (probe/stalls.py) and this node is
+    one of a minority of the round's nodes that stall: the reason gives how long the reads
+    waited, about how many stalls (I/Os / queue depth) and how much of the run they took."""
+    if not job.stall_ios or job.stall_ns < policy.tail_floor_ms * 1e6:
+        return None
+    if peers.stalled * 2 > peers.count - 1:  # most of the round stalls: not this node's
+        return None
+    p999 = peers.tails.get("p99.9")
+    if p999 is None or job.stall_ns < STALL_PEER_FACTOR * p999.median:
+        return None
+    seconds = job.runtime_ms / 1e3
+    count = max(1, round(job.stall_ios / job.iodepth)) if job.iodepth else 1
+    share = min(1.0, count * job.stall_ns / 1e6 / job.runtime_ms) if job.runtime_ms else 0.0
+    return (
+        f"{label} stalls: {job.stall_ios} reads waited ~{fmt_ms(job.stall_ns)} (= "
+        f"{job.stall_ns / p999.median:.0f}x the peers' p99.9 {fmt_ms(p999.median)}): ~{count} "
+        f"stall{'s' if count > 1 else ''} in {seconds:.1f} s, one every ~{seconds / count:.1f} "
+        f"s, ~{share:.0%} of the time"
+    )
 
 
 def tail_signals(
@@ -193,6 +228,9 @@ def tail_signals(
                 f"{fmt_ms(stats.median)} (z={stats.z(value):.1f})"
             )
             break  # one tail figure is enough to say it
+    if text := stall_reason(job, label, peers, policy):
+        tags.append("stalls")
+        why.append(text)
     excess = job.slow_fraction - peers.slow_median
     if excess > policy.max_slow_fraction and job.lat_p50_ns * QUEUE_FACTOR < SLOW_IO_NS:
         tags.append("slow_ios")

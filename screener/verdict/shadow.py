@@ -30,6 +30,15 @@ def shadowed(v: Verdict, shadow: Iterable[str]) -> Verdict:
         return v
     signals = tuple(PREFIX + t if t in names else t for t in v.signals)
     live = [t for t in signals if t in RULE_NAMES]
+    if v.status == Status.DEGRADED and not live and "facts" not in v.signals:
+        # DEGRADED by a soft rule alone (a stall mode): what it would have flagged, kept.
+        return replace(
+            v,
+            status=Status.OK,
+            signals=signals,
+            reason=f"would have flagged (shadow: {', '.join(hit)}): {v.reason}",
+            baseline=False,
+        )
     if v.status not in _SLOW or live:
         return replace(v, signals=signals)  # decided by live rules (or not slow at all)
     status = Status.UNKNOWN if v.read_mb_s is None else Status.OK
