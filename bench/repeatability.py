@@ -12,6 +12,14 @@ Scenarios (rates relative to the healthy median measured by a calibration screen
   (DEGRADED or SLOW).
 - shared_7of8: seven nodes read at 1/6 together, one untouched; nobody SLOW (a shared
   cause is not blamed on one node).
+- three_tenth: three of the eight read at 1/10; all three SLOW_READ.
+- stalls_heavy: one node's reads stop 0.5 s of every 1.5 s; flagged.
+- small3 / small4: a 3- or 4-node allocation (the first nodes) with one node at 1/4; SLOW.
+- small3_healthy: a healthy 3-node allocation; every node OK.
+- fleet_6x: every node reads and writes at 1/6 together; nobody SLOW.
+- fleet_6x_outlier50: the same with one node reading at 1/50 of the healthy median; that
+  node SLOW, nobody else. (The fleet scenarios come last: with history they teach the
+  store a slower level.)
 
 Per scenario, mode and node: how often the verdict came out as expected, and each verdict's
 margin to the deciding thresholds (read / peer median against `min_peer_drop`, robust z
@@ -30,6 +38,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from datetime import UTC, datetime
@@ -50,17 +59,30 @@ PROBE = {"size_mib": 256, "runtime_s": 2.0, "ramp_s": 0.5}
 SLOW = ("SLOW_READ", "SLOW_WRITE")
 ROUND1_RE = re.compile(r"round 1: seq read [0-9,.]+ MB/s = ([0-9.]+)x")
 
-# scenario -> (throttled node index -> fraction of the healthy median, or "stall"),
-#             expectation per node index (default "OK")
-Scenario = tuple[dict[int, float | str], dict[int, str], str]
+# scenario -> (throttled node index -> fraction of the healthy median (reads only), "rw:F"
+#             (reads and writes at F), "stall" or "stall_heavy"), expectation per node
+#             index (default as given), and how many nodes are screened (the first ones)
+Scenario = tuple[dict[int, float | str], dict[int, str], str, int]
 SCENARIOS: dict[str, Scenario] = {
-    "healthy": ({}, {}, "OK"),
-    "pair_quarter": ({1: 0.25, 4: 0.25}, {1: "SLOW", 4: "SLOW"}, "OK"),
+    "healthy": ({}, {}, "OK", NODES),
+    "pair_quarter": ({1: 0.25, 4: 0.25}, {1: "SLOW", 4: "SLOW"}, "OK", NODES),
     # issue 24's flipping case: the pair read 0.43x the healthy median (717/727 vs ~1,660)
-    "pair_043": ({1: 0.43, 4: 0.43}, {1: "SLOW", 4: "SLOW"}, "OK"),
-    "one_third": ({2: 1 / 3}, {2: "SLOW"}, "OK"),
-    "stalls": ({3: "stall"}, {3: "FLAGGED"}, "OK"),
-    "shared_7of8": ({i: 1 / 6 for i in range(7)}, {}, "NOT_SLOW"),
+    "pair_043": ({1: 0.43, 4: 0.43}, {1: "SLOW", 4: "SLOW"}, "OK", NODES),
+    "one_third": ({2: 1 / 3}, {2: "SLOW"}, "OK", NODES),
+    "three_tenth": ({0: 0.1, 3: 0.1, 6: 0.1}, {0: "SLOW", 3: "SLOW", 6: "SLOW"}, "OK", NODES),
+    "stalls": ({3: "stall"}, {3: "FLAGGED"}, "OK", NODES),
+    "stalls_heavy": ({5: "stall_heavy"}, {5: "FLAGGED"}, "OK", NODES),
+    "small3": ({1: 0.25}, {1: "SLOW"}, "OK", 3),
+    "small4": ({2: 0.25}, {2: "SLOW"}, "OK", 4),
+    "small3_healthy": ({}, {}, "OK", 3),
+    "shared_7of8": ({i: 1 / 6 for i in range(7)}, {}, "NOT_SLOW", NODES),
+    "fleet_6x": ({i: "rw:0.1667" for i in range(NODES)}, {}, "NOT_SLOW", NODES),
+    "fleet_6x_outlier50": (
+        {**{i: "rw:0.1667" for i in range(NODES)}, 6: 0.02},
+        {6: "SLOW"},
+        "NOT_SLOW",
+        NODES,
+    ),
 }
 
 
@@ -74,10 +96,10 @@ def matches(expected: str, status: str) -> bool:
     return status == expected
 
 
-def screen(cluster: ClusterHandle, cfg: Path) -> dict[str, Any]:
+def screen(cluster: ClusterHandle, cfg: Path, count: int = NODES) -> dict[str, Any]:
     env = {**cluster.env(), "SCREENER_CONFIG": str(cfg)}
     res = subprocess.run(
-        [str(SCREENER), "screen", ",".join(cluster.nodes), "--json"],
+        [str(SCREENER), "screen", ",".join(cluster.nodes[:count]), "--json"],
         env=env, capture_output=True, text=True, timeout=900,
     )  # fmt: skip
     if res.returncode not in (0, 3):
@@ -87,13 +109,21 @@ def screen(cluster: ClusterHandle, cfg: Path) -> dict[str, Any]:
 
 
 @contextmanager
-def faults(cluster: ClusterHandle, spec: dict[int, float | str], median: float) -> Iterator[None]:
+def faults(
+    cluster: ClusterHandle, spec: dict[int, float | str], median: float, wmedian: float
+) -> Iterator[None]:
     stall: Any = nullcontext()
     for i, how in spec.items():
         node = cluster.nodes[i]
         if how == "stall":
             # reads stop ~150 ms about every second: ~12 % of bandwidth (issue 24)
             stall = Stall(cluster, node, rate=1_000_000, on_s=0.15, off_s=0.85)
+        elif how == "stall_heavy":
+            stall = Stall(cluster, node, rate=1_000_000, on_s=0.5, off_s=1.0)
+        elif isinstance(how, str) and how.startswith("rw:"):
+            f = float(how[3:])
+            cluster.inject(node, "slow_read", f"{int(median * f / 1e6)}M")
+            cluster.inject(node, "slow_write", f"{int(wmedian * f / 1e6)}M")
         else:
             cluster.inject(node, "slow_read", f"{int(median * float(how) / 1e6)}M")
     try:
@@ -151,19 +181,26 @@ def main() -> int:
 
             calib = screen(cluster, config(f"sqlite:///{tmp}/calib.db"))
             median = statistics.median(n["read_mb_s"] for n in calib["nodes"]) * 1e6
-            print(f"healthy median seq read {median / 1e6:,.0f} MB/s", flush=True)
+            wmedian = statistics.median(n["write_mb_s"] for n in calib["nodes"]) * 1e6
+            print(
+                f"healthy median seq read {median / 1e6:,.0f} MB/s, "
+                f"write {wmedian / 1e6:,.0f} MB/s",
+                flush=True,
+            )
             history_db = f"sqlite:///{tmp}/history.db"
             for _ in range(2):  # the history mode's store: two healthy screens first
                 screen(cluster, config(history_db))
             for name in chosen:
-                spec, expect, default = SCENARIOS[name]
+                spec, expect, default, count = SCENARIOS[name]
                 for mode in ("fresh", "history"):
                     for rep in range(args.repeat):
                         fresh_db = f"sqlite:///{tmp}/{name}-{rep}.db"
                         cfg = config(fresh_db if mode == "fresh" else history_db)
                         key = (name, mode, rep)
-                        with faults(cluster, spec, median):
-                            doc = screen(cluster, cfg)
+                        with faults(cluster, spec, median, wmedian):
+                            t0 = time.monotonic()
+                            doc = screen(cluster, cfg, count)
+                            wall = round(time.monotonic() - t0, 1)
                         for v in doc["nodes"]:
                             i = cluster.nodes.index(v["node"])
                             want = expect.get(i, default)
@@ -177,12 +214,13 @@ def main() -> int:
                                     "status": v["status"],
                                     "ok": matches(want, v["status"]),
                                     **margins(v, vp.z_threshold, vp.min_peer_drop),
-                                    "reason": v.get("reason", "")[:200],
+                                    "reason": v.get("reason", "")[:300],
+                                    "screen_wall_s": wall,
                                 }
                             )
                         this = [r for r in rows if (r["scenario"], r["mode"], r["rep"]) == key]
                         hits = sum(r["ok"] for r in this)
-                        print(f"{name} {mode} {rep}: {hits}/{NODES} as expected", flush=True)
+                        print(f"{name} {mode} {rep}: {hits}/{count} as expected", flush=True)
         finally:
             mc.down()
     table = summarise(rows)
@@ -196,6 +234,7 @@ def main() -> int:
         "nodes": NODES,
         "probe": PROBE,
         "repeat": args.repeat,
+        "healthy_median_mb_s": {"read": round(median / 1e6), "write": round(wmedian / 1e6)},
         "table": table,
         "verdicts": rows,
         "load_average_at_end": [round(x, 1) for x in os.getloadavg()],
