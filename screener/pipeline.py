@@ -33,8 +33,8 @@ from screener.probe.preflight import parse_preflight, preflight_argv
 from screener.probe_data import FleetFigure, IostatSample, NodeFacts, NodeProbe, RunSummary, Trigger
 from screener.steady import annotate, deep_rounds
 from screener.transport.base import CommandResult, Transport, check
-from screener.verdict.confirm import borderline_level
 from screener.verdict.judge import confirm, evaluate, references, suspects
+from screener.verdict.rules import borderline_level
 
 
 class Clock(Protocol):

@@ -78,7 +78,7 @@ class VerdictPolicy:
 RULE_NAMES = (
     *("peer_read", "abs_read", "ratio", "peer_tail", "slow_ios", "r_await"),
     *("peer_rand", "abs_rand", "history", "peer_write", "abs_write", "read_timeout"),
-    "stalls",
+    *("stalls", "close_call"),
 )
 
 

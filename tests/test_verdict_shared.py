@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from screener.hooks.decide import absolved, drain_reason, drainable
 from screener.probe_data import RunSummary, Status
-from screener.verdict.confirm import borderline_level
 from screener.verdict.judge import SLOW, confirm, evaluate, references, suspects
+from screener.verdict.rules import borderline_level
 from tests.test_verdict_hold import MB, POLICY, node, spread, statuses
 
 
@@ -169,5 +169,64 @@ def test_a_suspect_at_par_in_round_two_was_transient() -> None:
     assert v.status == Status.OK and v.reason.startswith("transient: "), v.reason
 
 
-def test_borderline_off_keeps_the_old_transient() -> None:
-    assert _reprobed(1800, level=0.0).verdicts[0].status == Status.OK
+def test_borderline_off_keeps_round_twos_own_call() -> None:
+    """Without the both-rounds weighing, 0.6x in round 2 is round 2's close call, not OK."""
+    v = _reprobed(1800, level=0.0).verdicts[0]
+    assert v.status == Status.DEGRADED and v.signals == ("close_call",)
+    assert v.reason.startswith("close call: seq read 1,800 MB/s = 0.60x round-2 peer median")
+    assert "; round 1: seq read 900 MB/s" in v.reason
+
+
+# ---- close calls: more evidence between clearly healthy and clearly slow (issue 24) --------
+
+
+def _close(round2_read: float) -> RunSummary:
+    """n01 reads 0.62x its (quiet) peers in round 1: past their noise, not past the gap."""
+    probes = spread(8)
+    probes[0] = node("n01", read=1900)
+    first = evaluate(probes, {}, POLICY)
+    assert first.verdicts[0].status == Status.DEGRADED
+    assert first.verdicts[0].signals == ("close_call",)
+    assert suspects(first) == ["n01"]  # probed again, beside the references
+    refs = references(first, POLICY.confirm_references)
+    second = [node("n01", read=round2_read)] + [node(r, read=3000) for r in refs]
+    return confirm(first, evaluate(second, {}, POLICY), refs, borderline_level(POLICY))
+
+
+def test_a_close_call_at_par_in_round_two_is_ok() -> None:
+    v = _close(2900).verdicts[0]
+    assert v.status == Status.OK and v.reason.startswith("transient: first probe close call")
+
+
+def test_a_close_call_twice_is_degraded_never_ok_nor_drained() -> None:
+    merged = _close(1900)
+    v = merged.verdicts[0]
+    assert v.status == Status.DEGRADED and "borderline" in v.signals, v.reason
+    assert "round 1: close call: seq read 1,900 MB/s" in v.reason, v.reason
+    assert drainable(merged, confirm=True) == [] and not v.baseline
+
+
+def test_a_close_call_is_no_call_in_a_noisy_fleet() -> None:
+    """The decision knows its noise: peers spread 0.6x-1.6x, so 0.62x is within it."""
+    probes = [
+        node(f"n{i:02d}", read=r)
+        for i, r in enumerate((1900, 1800, 3000, 4800, 2500, 3600, 2000, 4000), 1)
+    ]
+    v = evaluate(probes, {}, POLICY).verdicts[0]
+    assert v.status == Status.OK and v.signals == (), v.reason
+
+
+def test_close_calls_are_not_a_shared_cause() -> None:
+    """Three slow writers and two close calls are 5 of 8 suspects but 3 slow findings: no
+    shared cause (it would absolve the close calls and flag the run)."""
+    probes = spread(8)
+    for i in (5, 6, 7):
+        probes[i] = node(f"n0{i + 1}", write=300)
+    for i in (0, 1):
+        probes[i] = node(f"n0{i + 1}", read=1900)
+    summary = evaluate(probes, {}, POLICY)
+    assert not summary.shared_cause, summary.shared_cause_reason
+    got = statuses(summary)
+    assert [got[f"n0{i}"] for i in (1, 2, 6, 7, 8)] == [Status.DEGRADED] * 2 + [
+        Status.SLOW_WRITE
+    ] * 3

@@ -3,11 +3,9 @@ re-probe round is merged into the first round's verdicts. Pure, like screener.ve
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import replace
 
-from screener.policy import VerdictPolicy
 from screener.probe_data import RunSummary, Status, Verdict
 from screener.verdict.rules import fmt_ratio
 
@@ -24,18 +22,16 @@ BORDERLINE_TAG = "borderline"
 NOT_SUSPECT_TAGS = frozenset({"facts", "read_timeout", "stalls", "shadow:stalls"})
 
 
-def borderline_level(policy: VerdictPolicy) -> float:
-    """Round-2 read ratio below which a suspect whose re-probe passed is DEGRADED, not OK:
-    halfway (geometrically) between the peer rule's gap ``min_peer_drop`` (0.5) and par,
-    0.71 by default. Only a suspect of round 1 is ever held to it."""
-    return math.sqrt(policy.min_peer_drop)
-
-
 def is_suspect(v: Verdict) -> bool:
     """A verdict that a performance rule fired for (SLOW_*, or DEGRADED with slow figures)."""
     return v.status in SLOW or (
         v.status == Status.DEGRADED and bool(set(v.signals) - NOT_SUSPECT_TAGS)
     )
+
+
+def counts_as_slow(v: Verdict) -> bool:
+    """A suspect with a slow finding, not only a close call: what a shared cause counts."""
+    return is_suspect(v) and bool(set(v.signals) - NOT_SUSPECT_TAGS - {"close_call"})
 
 
 def suspects(summary: RunSummary) -> list[str]:
@@ -90,7 +86,7 @@ def confirm(
             continue
         v2 = again[v.node]
         now = _label(v2.reason, r2)
-        if is_suspect(v2):
+        if counts_as_slow(v2):  # a close call again is weighed below, with both rounds
             text = f"confirmed: {now} [{basis}; {_round1(v, first)}]"
             merged.append(replace(v2, confirmed=True, reason=text))
         elif v2.status == Status.UNKNOWN:
@@ -111,6 +107,8 @@ def confirm(
                     signals=(*v2.signals, BORDERLINE_TAG),
                 )
             )
+        elif "close_call" in v2.signals:  # both-rounds weighing off: round 2's own call
+            merged.append(replace(v2, reason=f"{now} [{basis}; {_round1(v, first)}]"))
         else:
             text = (
                 f"transient: first probe {_label(v.reason, 'round-1')}; re-probe passed [{basis}]"

@@ -18,6 +18,7 @@ from screener.verdict.confirm import (
     SHARED_CAUSE_TAG,
     SLOW,
     confirm,
+    counts_as_slow,
     is_suspect,
     references,
     suspects,
@@ -28,6 +29,7 @@ from screener.verdict.rules import (
     SOFT_TAGS,
     PeerStats,
     TailStats,
+    close_call,
     fact_drift,
     fact_problems,
     fmt_iops,
@@ -103,6 +105,9 @@ def _read_signals(
             why.append(f"4k rand read {iops:,.0f} IOPS < floor {policy.min_rand_read_iops:g}")
     if text := history_reason(bw, history, policy, level):
         tags.append("history")
+        why.append(text)
+    if "peer_read" not in tags and (text := close_call(peers.read, bw, policy, peers.borrowed)):
+        tags.append("close_call")
         why.append(text)
     return tags, why
 
@@ -271,7 +276,7 @@ def _shared_cause(
     (and drained once confirmed). The absolved get signal ``shared_cause``; their figures
     are baselines, so history learns the new level instead of freezing. Returns the run's
     shared-cause reason ("" when none)."""
-    slow = [v for v in verdicts.values() if is_suspect(v)]
+    slow = [v for v in verdicts.values() if counts_as_slow(v)]
     fraction = len(slow) / usable if usable else 0.0
     if len(slow) < 2 or not (fraction > policy.shared_cause_fraction or len(slow) == usable):
         return ""
@@ -341,7 +346,7 @@ def _small_allocation(
     latency alone is not enough: UNKNOWN, visible, not drained."""
     basis = f"small allocation ({usable} < min_peers {policy.min_peers}: "
     basis += f"{peers.borrowed} fleet figures as peers, own history, floors)"
-    slow = [v for v in verdicts.values() if is_suspect(v)]
+    slow = [v for v in verdicts.values() if counts_as_slow(v)]
     together = usable >= 2 and len(slow) == usable
     for node, v in list(verdicts.items()):
         if v.status == Status.UNKNOWN or v.read_mb_s is None:

@@ -30,7 +30,35 @@ TAIL_FIGURES = (("p99", "lat_p99_ns"), ("p99.9", "lat_p999_ns"))
 STALL_PEER_FACTOR = 2.0
 # Signals that make a node DEGRADED, never SLOW, when no other rule fired: evidence worth
 # probing again (not a baseline, no fast path), never a drain on its own.
-SOFT_TAGS = frozenset({"stalls"})
+SOFT_TAGS = frozenset({"stalls", "close_call"})
+
+
+def borderline_level(policy: VerdictPolicy) -> float:
+    """Read ratio below which a node is not clearly healthy: halfway (geometrically)
+    between the peer rule's gap ``min_peer_drop`` (0.5) and par, 0.71 by default. A close
+    call in round 1 (below it, an outlier by z, above the gap) is probed again; a suspect
+    whose re-probe passed but still reads below it is DEGRADED ``borderline``."""
+    return math.sqrt(policy.min_peer_drop)
+
+
+def close_call(
+    stats: PeerStats | None, value: float, policy: VerdictPolicy, borrowed: int
+) -> str | None:
+    """``close_call``: seq read past the peers' noise (robust z < -``z_threshold``) but not
+    past the gap (>= ``min_peer_drop`` x median), and below ``borderline_level``: neither
+    clearly healthy nor clearly slow. DEGRADED and re-probed with the suspects, so the
+    evidence of two rounds decides (issue 24). Needs a real population (no fleet figures)."""
+    if stats is None or borrowed or stats.count < policy.min_peers:
+        return None
+    ratio = value / stats.median
+    z = stats.z(value)
+    if z >= -policy.z_threshold or not policy.min_peer_drop <= ratio < borderline_level(policy):
+        return None
+    return (
+        f"close call: seq read {fmt_mb(value)} = {fmt_ratio(ratio)}x peer median "
+        f"{fmt_mb(stats.median)} (z={z:.1f}), between the gap {policy.min_peer_drop:g} and "
+        f"{borderline_level(policy):.2f}: probed again"
+    )
 
 
 @dataclass(frozen=True)
