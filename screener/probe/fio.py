@@ -16,7 +16,7 @@ from typing import Any
 
 from screener.errors import ConfigError, ProbeError
 from screener.policy import ProbePolicy, target_problem
-from screener.probe.stalls import stall_mode
+from screener.probe.stalls import bin_at_rank, stall_mode
 from screener.probe_data import FioJobResult, FioRun
 
 JOBS = ("seq_write", "seq_read", "rand_read")
@@ -449,14 +449,7 @@ def _quantile(
         if math.isclose(key, p, abs_tol=1e-6):
             return value
     if bins:
-        total = sum(n for _, n in bins)
-        rank = math.ceil(total * p / 100.0)
-        seen = 0
-        for value, n in bins:
-            seen += n
-            if seen >= rank:
-                return value
-        return bins[-1][0]
+        return bin_at_rank(bins, math.ceil(sum(n for _, n in bins) * p / 100.0))
     raise ProbeError(node, f"fio job {name} has no p{p:g} latency (no percentiles, no bins)")
 
 

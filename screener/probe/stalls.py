@@ -42,7 +42,7 @@ def stall_mode(bins: Sequence[tuple[float, int]], iodepth: int) -> StallMode | N
     if not filled or iodepth < 1:
         return None
     need = max(1, iodepth // 2)
-    median = _quantile(filled, total / 2)
+    median = bin_at_rank(filled, total / 2)
     above = total  # I/Os at >= the current bin's latency
     prev: float | None = None
     for i, (value, n) in enumerate(filled):
@@ -53,14 +53,14 @@ def stall_mode(bins: Sequence[tuple[float, int]], iodepth: int) -> StallMode | N
             and need <= above <= MAX_SHARE * total
         ):
             upper = filled[i:]
-            return StallMode(above, value, _quantile(upper, above / 2))
+            return StallMode(above, value, bin_at_rank(upper, above / 2))
         above -= n
         prev = value
     return None
 
 
-def _quantile(filled: Sequence[tuple[float, int]], rank: float) -> float:
-    """Latency of the I/O at ``rank`` (counted from the fastest) in sorted bins."""
+def bin_at_rank(filled: Sequence[tuple[float, int]], rank: float) -> float:
+    """Latency of the I/O at ``rank`` (counted from the fastest) in bins sorted by latency."""
     seen = 0
     for value, n in filled:
         seen += n
