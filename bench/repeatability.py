@@ -26,6 +26,7 @@ History mode: each scenario gets its own store, taught by two healthy screens fi
 Per scenario, mode and node: how often the verdict came out as expected, and each verdict's
 margin to the deciding thresholds (read / peer median against `min_peer_drop`, robust z
 against `-z_threshold`). Writes bench/results/repeatability.json and prints the table.
+``--ramp/--runtime`` screen with another recipe (the prolog triage's: 0.25 s + 0.5 s).
 
     .venv/bin/python bench/repeatability.py [--repeat 5] [--scenarios a,b] [--out F]
 """
@@ -164,7 +165,19 @@ def main() -> int:
         action="store_true",
         help="one history store for all scenarios, in order (how the first matrix ran)",
     )
+    ap.add_argument("--ramp", type=float, help=f"probe ramp_s (default {PROBE['ramp_s']})")
+    ap.add_argument(
+        "--runtime",
+        type=float,
+        help=f"probe runtime_s (default {PROBE['runtime_s']}; the prolog triage's: 0.5 s, "
+        "with --ramp 0.25)",
+    )
     args = ap.parse_args()
+    probe = dict(PROBE)
+    if args.ramp is not None:
+        probe["ramp_s"] = args.ramp
+    if args.runtime is not None:
+        probe["runtime_s"] = args.runtime
     chosen = [s for s in args.scenarios.split(",") if s]
     unknown = [s for s in chosen if s not in SCENARIOS]
     if unknown:
@@ -183,7 +196,7 @@ def main() -> int:
 
             def config(db: str) -> Path:
                 cfg = Path(tmp) / f"screener-{next(counter)}.toml"
-                write_config(cfg, cluster, db, Path(tmp) / "log", probe=PROBE)
+                write_config(cfg, cluster, db, Path(tmp) / "log", probe=probe)
                 return cfg
 
             calib = screen(cluster, config(f"sqlite:///{tmp}/calib.db"))
@@ -249,7 +262,7 @@ def main() -> int:
         "screener": __version__,
         "cores": os.cpu_count(),
         "nodes": NODES,
-        "probe": PROBE,
+        "probe": probe,
         "repeat": args.repeat,
         "history_store": "shared, in scenario order" if args.shared_history else "per scenario",
         "healthy_median_mb_s": {"read": round(median / 1e6), "write": round(wmedian / 1e6)},

@@ -139,6 +139,12 @@ class PrologPolicy:
     sentinel: bool = True
     sentinel_s: float = 0.1
     sentinel_drop: float = 0.5
+    # Triage (issue 22): nodes to probe first get a short probe of every fio job (this
+    # ramp + runtime each); only the nodes it leaves ambiguous, and nodes whose latest
+    # verdict was not OK, get the full [probe]. Allocations below verdict.min_peers do not.
+    triage: bool = False
+    triage_runtime_s: float = 0.5
+    triage_ramp_s: float = 0.25
     fail_closed: bool = False  # on an internal error: False = let the job run, True = requeue
     release_requeued: bool = True  # after a drain, make the requeued job eligible at once
     iostat: bool = True  # start in-job iostat on the screened nodes (stopped by the epilog)
@@ -354,6 +360,8 @@ _BOUNDS: dict[str, tuple[float, float, bool]] = {
     "prolog.flaky_window_s": (0, _YEAR, False),
     "prolog.sentinel_s": (0.05, 60, False),
     "prolog.sentinel_drop": (0, 1, True),
+    "prolog.triage_runtime_s": (0.1, 60, False),
+    "prolog.triage_ramp_s": (0, 60, False),
     "prolog.iostat_interval_s": (1, 3600, False),
     "prolog.iostat_max_s": (1, _YEAR, False),
     "prolog.job_r_await_factor": (1, _FACTOR, True),

@@ -16,11 +16,15 @@ from typing import Any
 import pytest
 
 from deploy.minicluster import ClusterHandle
+from screener.hooks.triage import triage_policy
+from screener.policy import load_policy
+from screener.probe.fio import recipe_fingerprint
 from screener.store import open_store
 from screener.store.slurm_records import SlurmRecords
 from tests.hooked_cluster import (
     hooked_cluster,
     job_state,
+    pace_devices,
     sbatch,
     sinfo_nodes,
     wait_job,
@@ -229,3 +233,69 @@ def test_in_job_iostat_stored_and_node_slowed_mid_job_gets_episode(site: dict[st
         # the first job probed every node (a fresh DB): no fast path for it, ever
         fast = [e for e in store.node_events(nodes[0]) if e.action == "fast_path"]
         assert not fast, fast
+
+
+def _prolog_runs(db: str, job_id: str) -> list[tuple[set[str], set[str | None]]]:
+    """(nodes, recipes) of each prolog run of the job, oldest first."""
+    with open_store(db) as store:
+        runs = [r for r in store.latest_runs(50) if r.trigger.value == "prolog"]
+        return [
+            ({v.node for v in vs}, {v.recipe for v in vs})
+            for r in reversed(runs)
+            if r.job_id == job_id and (vs := store.run_verdicts(r.id))
+        ]
+
+
+def test_triage_drains_a_clear_slow_reader_on_the_short_probe(site: dict[str, Any]) -> None:
+    """Issue 22: with [prolog] triage, a 1/15-speed reader is judged and confirmed on the
+    short probe (0.25 s + 0.5 s per fio job), never the full one; the requeued attempt's
+    replacement is triaged too, beside the first attempt's triage figures."""
+    cluster = site["cluster"]
+    write_config(site["config"], cluster, site["db"], site["log"], prolog={"triage": True})
+    pace_devices(cluster, cluster.nodes)
+    slow = cluster.nodes[0]
+    cluster.inject(slow, "slow_read", SLOW)
+    job_id = _hosts_job(site, 4, "--comment", "screener=on")
+    job = wait_job(cluster, job_id)
+    log = site["log"].read_text()
+    assert job["job_state"] == "COMPLETED" and job["restart_cnt"] >= 1, log
+    ran = _ran_on(site, job_id)
+    assert len(ran) == 4 and slow not in ran, (ran, log)
+    assert "DRAIN" in sinfo_nodes(cluster)[slow]["state_flags"]
+    policy = load_policy(site["config"])
+    short = recipe_fingerprint(triage_policy(policy).probe)
+    runs = _prolog_runs(site["db"], job_id)
+    assert runs and all(recipes == {short} for _, recipes in runs), (runs, log)  # no full probe
+    assert slow in runs[0][0] and "triage skipped" not in log and "ambiguous" not in log, log
+    assert set(cluster.nodes[4:5]) <= runs[-1][0], runs  # the replacement, triaged
+
+
+def test_triage_sends_a_close_call_to_the_full_probe(site: dict[str, Any]) -> None:
+    """A node at ~0.55x of its paced peers is a close call on the short probe: the prolog
+    probes it again with the full recipe beside three healthy references, which decides
+    (DEGRADED, or OK if its re-probe passes; never drained): the job starts where it was
+    placed. (The throttle also gives the node a latency tail, a real finding that drains
+    it: the tail rules are in shadow here, so the close call alone decides.)"""
+    cluster = site["cluster"]
+    tails = {"shadow": ["peer_tail", "slow_ios"]}
+    prolog = {"triage": True}
+    write_config(site["config"], cluster, site["db"], site["log"], prolog=prolog, verdict=tails)
+    pace_devices(cluster, cluster.nodes)
+    node = cluster.nodes[0]
+    cluster.inject(node, "slow_read", "165M")  # 0.55x the 300 MB/s pace
+    job_id = _hosts_job(site, 4, "--comment", "screener=on")
+    job = wait_job(cluster, job_id)
+    log = site["log"].read_text()
+    assert job["job_state"] == "COMPLETED" and job["restart_cnt"] == 0, log
+    assert node in _ran_on(site, job_id)
+    policy = load_policy(site["config"])
+    short = recipe_fingerprint(triage_policy(policy).probe)
+    full = recipe_fingerprint(policy.probe)
+    runs = _prolog_runs(site["db"], job_id)
+    assert [recipes for _, recipes in runs] == [{short}, {full}], (runs, log)
+    assert len(runs[0][0]) == 4 and node in runs[1][0] and len(runs[1][0]) == 4, runs
+    assert f"triage left {node} ambiguous: full probe beside " in log, log
+    assert "DRAIN" not in sinfo_nodes(cluster)[node]["state_flags"]
+    with open_store(site["db"]) as store:
+        latest = SlurmRecords(store).latest_verdicts([node])
+    assert latest[node][0] in ("DEGRADED", "OK"), log  # decided by the full probe

@@ -181,3 +181,16 @@ def test_doctor_shows_dry_run_and_shadow_rules(tmp_path: Path) -> None:
     done = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env)
     info = json.loads(done.stdout)
     assert info["dry_run"].startswith("off") and info["shadow_rules"] == "none: every rule decides"
+
+
+def test_a_slow_node_left_with_only_a_close_call_live_is_degraded() -> None:
+    """A node at 0.6x its peers with a latency tail: SLOW by the tail rule; with that rule in
+    shadow, the close call alone decides: DEGRADED (re-probed, never drained)."""
+    base = evaluate(_fleet(0.6), {}, VerdictPolicy())
+    node = next(v for v in base.verdicts if v.node == "node01")
+    assert node.signals == ("close_call",) and node.status is Status.DEGRADED
+    slow = dataclasses.replace(node, status=Status.SLOW_READ, signals=("peer_tail", "close_call"))
+    v = shadowed(slow, ("peer_tail",))
+    assert v.status is Status.DEGRADED and v.signals == ("shadow:peer_tail", "close_call")
+    assert "peer_tail in shadow: DEGRADED by close_call" in v.reason
+    assert not v.confirmed and not v.baseline

@@ -21,7 +21,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
@@ -165,6 +165,7 @@ def _screen_job(
     t0: float,
 ) -> int:
     from screener import app
+    from screener.hooks.triage import escalation, plan, triage_policy
     from screener.probe_data import Trigger
     from screener.store.slurm_records import SlurmRecords
 
@@ -173,12 +174,16 @@ def _screen_job(
     skip: list[str] = []
     probe = list(job.nodes)
     last: dict[str, datetime] = {}
+    statuses: dict[str, str] = {}
+    flaky: set[str] = set()
     if records is not None:
         from screener.hooks.actions import finish_pending
 
         now = datetime.now(UTC)
         finish_pending(client, records, now, log, nodes=job.nodes)  # a killed run's drains
-        last = records.last_pass(job.nodes)
+        latest = records.latest_verdicts(job.nodes)
+        statuses = {n: st for n, (st, _) in latest.items()}
+        last = {n: at for n, (st, at) in latest.items() if st == "OK"}
         flaky = records.flaky_since(job.nodes, now - timedelta(seconds=pp.flaky_window_s))
         skip, probe = fast_path(job.nodes, last, flaky, now, pp.fresh_s)
     notes: dict[str, str] = {}
@@ -194,17 +199,26 @@ def _screen_job(
             records.record_fast_path(passed, job.job_id, datetime.now(UTC), pp.fresh_s, notes)
     outcome: list[int] = []
 
-    async def after(transport: Transport, result: ScreenResult) -> None:
-        left = pp.budget_s - (time.monotonic() - t0) - DECIDE_RESERVE_S
-        outcome.append(_act(policy, job, client, records, result, log, left))
-        if outcome[0] == 0 and pp.iostat:
-            await _start_iostat(transport, job, result, policy, log)
+    def run(nodes: list[str], screen_policy: Policy, triage: bool) -> tuple[list[str], list[str]]:
+        """Screen ``nodes``, act on the stored run (drain, in-job iostat); after a triage,
+        (the nodes it left ambiguous, references) (in-job iostat then waits for them)."""
+        more: list[tuple[list[str], list[str]]] = []
 
-    if probe:
+        async def after(transport: Transport, result: ScreenResult) -> None:
+            left = pp.budget_s - (time.monotonic() - t0) - DECIDE_RESERVE_S
+            code = _act(policy, job, client, records, result, log, left)
+            outcome.append(code)
+            if code == 0 and triage and records is not None and not result.store_error:
+                doubt, refs = escalation(result.summary, policy)
+                if doubt:
+                    more.append((doubt, refs))
+            if code == 0 and not more and pp.iostat:
+                await _start_iostat(transport, job, result, policy, log)
+
         budget = pp.budget_s - (time.monotonic() - t0) - DECIDE_RESERVE_S
         app.run_screen(
-            probe,
-            policy,
+            nodes,
+            screen_policy,
             trigger=Trigger.PROLOG,
             job_id=job.job_id,
             deadline_s=max(budget, 0.1),
@@ -212,9 +226,18 @@ def _screen_job(
             db_unavailable=unavailable,
             after=after,
         )
+        return more[0] if more else ([], [])
+
+    if probe:
+        tri, why = plan(probe, len(job.nodes), statuses, flaky, policy)
+        if pp.triage and not tri:
+            log(f"triage skipped ({why}): full probe")
+        doubt, refs = run(probe, triage_policy(policy), True) if tri else run(probe, policy, False)
+        if doubt and max(outcome, default=0) == 0:
+            _escalate(doubt, refs, policy, job, log, t0, run)
     elif pp.iostat and not iostat_started:
         asyncio.run(_iostat_only(policy, job, log))
-    code = outcome[0] if outcome else 0
+    code = max(outcome, default=0)  # a drain by either screen requeues
     if code == EXIT_REQUEUE:
         if pp.release_requeued:
             _spawn_release(job.job_id, log)
@@ -222,6 +245,33 @@ def _screen_job(
         return EXIT_REQUEUE
     log(f"job {job.job_id}: may start ({time.monotonic() - t0:.1f}s)")
     return code
+
+
+def _escalate(
+    doubt: list[str],
+    refs: list[str],
+    policy: Policy,
+    job: SlurmJob,
+    log: HookLog,
+    t0: float,
+    run: Callable[[list[str], Policy, bool], object],
+) -> None:
+    """The full probe for the nodes a triage left ambiguous (``doubt``) beside healthy
+    references, when the budget still holds it (both rounds); else they keep their
+    DEGRADED verdict and the job starts, with in-job iostat (which waited for this)."""
+    from screener.probe.fio import policy_jobs, probe_duration_s
+
+    pp = policy.prolog
+    rounds = 2 if policy.verdict.confirm else 1
+    need = rounds * probe_duration_s(policy.probe, policy_jobs(policy.probe))
+    left = pp.budget_s - (time.monotonic() - t0) - DECIDE_RESERVE_S
+    if left < need + policy.transport.command_timeout_s:
+        log(f"triage left {fold_nodes(doubt)} ambiguous; no budget left for the full probe")
+        if pp.iostat:
+            asyncio.run(_iostat_only(policy, job, log))
+        return
+    log(f"triage left {fold_nodes(doubt)} ambiguous: full probe beside {fold_nodes(refs)}")
+    run([*doubt, *refs], policy, False)
 
 
 def _sentinels(
@@ -238,7 +288,13 @@ def _sentinels(
     from screener.hooks.fast_sentinel import sentinel_then_iostat
     from screener.pipeline import own_history  # app (the transport) imports it anyway
 
-    usual = own_history(records.store, fresh, policy, datetime.now(UTC))
+    now = datetime.now(UTC)
+    usual = own_history(records.store, fresh, policy, now)
+    if policy.prolog.triage:  # a node only ever triaged: its usual read is the triage's
+        from screener.hooks.triage import triage_policy
+
+        short = own_history(records.store, fresh, triage_policy(policy), now)
+        usual = {n: usual.get(n) or short.get(n, []) for n in fresh}
     results = asyncio.run(sentinel_then_iostat(policy, job, fresh, usual, bool(probe), log))
     failed = [r for r in results if not r.passed]
     for r in failed:

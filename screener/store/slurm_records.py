@@ -105,7 +105,13 @@ class SlurmRecords(DrainIntents):
     # ---- verdict-derived counters --------------------------------------------------------
     def last_pass(self, nodes: Sequence[str]) -> dict[str, datetime]:
         """Start time of each node's latest run when that latest verdict is OK (else absent)."""
-        out: dict[str, datetime] = {}
+        return {
+            n: at for n, (st, at) in self.latest_verdicts(nodes).items() if st == Status.OK.value
+        }
+
+    def latest_verdicts(self, nodes: Sequence[str]) -> dict[str, tuple[str, datetime]]:
+        """(status, run start) of each node's latest verdict; nodes never judged are absent."""
+        out: dict[str, tuple[str, datetime]] = {}
         if not nodes:
             return out
         with self.store.reading("read the latest verdicts") as conn:
@@ -115,13 +121,9 @@ class SlurmRecords(DrainIntents):
                 .where(NodeRecord.name.in_(list(nodes)))
                 .order_by(NodeRecord.name, VerdictRecord.started_at.desc(), VerdictRecord.id.desc())
             ).all()
-        seen: set[str] = set()
         for r in rows:
-            if r.name in seen:
-                continue
-            seen.add(r.name)
-            if r.status == Status.OK.value:
-                out[r.name] = r.started_at
+            if r.name not in out:
+                out[r.name] = (r.status, r.started_at)
         return out
 
     def record_fast_path(

@@ -5,8 +5,9 @@ A post-filter over one node's verdict, applied by ``judge.evaluate`` before anyt
 the verdicts (shared cause, suspects, confirmation): a shadowed rule's signal is stored as
 ``shadow:NAME`` (no other code treats it as a rule that fired), and a node that only
 shadowed rules called slow is OK with the reason "would have drained (shadow: NAME): ...",
-never a baseline (its figures do not teach the node's history). A failed probe whose only
-slow rule is shadowed (``read_timeout``) stays UNKNOWN. Pure.
+never a baseline (its figures do not teach the node's history). A slow node whose live
+rules left are soft (a close call, a stall mode) is what those alone make it: DEGRADED.
+A failed probe whose only slow rule is shadowed (``read_timeout``) stays UNKNOWN. Pure.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import replace
 
 from screener.policy import RULE_NAMES
 from screener.probe_data import Status, Verdict
+from screener.verdict.rules import SOFT_TAGS
 
 PREFIX = "shadow:"
 WOULD = "would have drained"
@@ -38,6 +40,16 @@ def shadowed(v: Verdict, shadow: Iterable[str]) -> Verdict:
             signals=signals,
             reason=f"would have flagged (shadow: {', '.join(hit)}): {v.reason}",
             baseline=False,
+        )
+    if v.status in _SLOW and live and set(live) <= SOFT_TAGS:
+        # only soft rules left live (a close call beside a shadowed tail rule): DEGRADED
+        return replace(
+            v,
+            status=Status.DEGRADED,
+            signals=signals,
+            reason=f"{v.reason} ({', '.join(hit)} in shadow: DEGRADED by {', '.join(live)})",
+            baseline=False,
+            confirmed=False,
         )
     if v.status not in _SLOW or live:
         return replace(v, signals=signals)  # decided by live rules (or not slow at all)

@@ -1,0 +1,180 @@
+"""What a screened job pays before it starts (issue 22): submit -> start of an 8-node batch
+job on a 10-node emulated cluster whose slurmctld runs screener's PrologSlurmctld, with
+the shipped probe recipe (1 GiB region, 1 s ramp + 3 s per fio job), triage off and on.
+
+Cases, each with a new SQLite store (no fresh verdicts: every prolog probes):
+- healthy: every node healthy; the job starts after one prolog.
+- slow: node01 reads at 1/20 of the 300 MB/s pace; the prolog drains it, Slurm requeues
+  the job, the second prolog lets the 7 fresh nodes in (sentinel) and probes node09.
+
+Devices are paced at 300 MB/s (tests/hooked_cluster.PACE) so the device, not the 2 shared
+cores, sets each node's rate. The probe files are laid out once before the first case
+(a site pays that once per node). Writes bench/results/time_to_start.json.
+
+    .venv/bin/python bench/time_to_start.py [--repeat 2] [--modes off,on]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from deploy.minicluster import ClusterHandle
+from screener import __version__
+from tests.hooked_cluster import (
+    PACE,
+    SCREENER,
+    hooked_cluster,
+    pace_devices,
+    sbatch,
+    wait_job,
+    write_config,
+)
+
+RESULTS = Path(__file__).resolve().parent / "results" / "time_to_start.json"
+NODES = 10
+ALLOC = 8
+SLOW = "15M"  # 1/20 of PACE
+PROBE = {"size_mib": 1024, "runtime_s": 3.0, "ramp_s": 1.0}  # the shipped recipe
+WALL_RE = re.compile(r"job (\d+): may start \(([0-9.]+)s\)")
+
+
+def config(cluster: ClusterHandle, cfg: Path, db: str, log: Path, triage: bool) -> None:
+    write_config(
+        cfg,
+        cluster,
+        db,
+        log,
+        probe=PROBE,
+        prolog={"triage": triage, "budget_s": 120.0},
+        transport={"command_timeout_s": 120.0},
+    )
+
+
+def script(out: Path) -> Path:
+    path = out / "job.sh"
+    path.write_text(
+        "#!/bin/sh\n"
+        f'date +%s.%N > {out}/start-"$SLURM_JOB_ID"\n'
+        f'srun hostname > {out}/hosts-"$SLURM_JOB_ID"\n'
+    )
+    return path
+
+
+def case(
+    cluster: ClusterHandle, d: Path, name: str, triage: bool, rep: int, slow: bool
+) -> dict[str, Any]:
+    """One screened job: submit -> start, prolog walls, where it ran."""
+    tag = f"{name}-{'on' if triage else 'off'}-{rep}"
+    out = d / tag
+    out.mkdir()
+    cfg = d / "screener.toml"
+    log = out / "prolog.log"
+    config(cluster, cfg, f"sqlite:///{out}/screener.db", log, triage)
+    cluster.reset()
+    pace_devices(cluster, list(cluster.nodes))
+    if slow:
+        cluster.inject(cluster.nodes[0], "slow_read", SLOW)
+    t0 = time.time()
+    job_id = sbatch(cluster, "-N", str(ALLOC), "--comment", "screener=on", str(script(out)))
+    job = wait_job(cluster, job_id, timeout=600)
+    started = float((out / f"start-{job_id}").read_text())
+    text = log.read_text() if log.exists() else ""
+    walls = [float(w) for j, w in WALL_RE.findall(text) if j == job_id]
+    row = {
+        "case": name,
+        "triage": triage,
+        "rep": rep,
+        "job": job_id,
+        "state": job["job_state"],
+        "restarts": job["restart_cnt"],
+        "submit_to_start_s": round(started - t0, 1),
+        "last_prolog_wall_s": walls[-1] if walls else None,
+        "ran_on": sorted((out / f"hosts-{job_id}").read_text().split()),
+        "escalated": "ambiguous: full probe" in text,
+        "log": [ln[26:] for ln in text.splitlines() if "screener prolog" in ln],
+    }
+    print(
+        f"{tag}: submit->start {row['submit_to_start_s']}s, restarts {row['restarts']}, "
+        f"last prolog {row['last_prolog_wall_s']}s, slow node in job: "
+        f"{cluster.nodes[0] in row['ran_on']}",
+        flush=True,
+    )
+    return row
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--modes", default="off,on", help="triage modes to run: off,on")
+    args = ap.parse_args()
+    modes = [m == "on" for m in args.modes.split(",") if m]
+    rows: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        d = Path(tmp)
+        cfg = d / "screener.toml"
+        cfg.write_text("")
+        for cluster in hooked_cluster(d, cfg, nodes=NODES):
+            # lay the probe files out once (a site pays that once per node)
+            config(cluster, cfg, f"sqlite:///{d}/layout.db", d / "layout.log", False)
+            env = {**cluster.env(), "SCREENER_CONFIG": str(cfg)}
+            t0 = time.monotonic()
+            subprocess.run(
+                [str(SCREENER), "screen", ",".join(cluster.nodes), "--json"],
+                env=env, capture_output=True, text=True, timeout=1800, check=False,
+            )  # fmt: skip
+            print(f"layout + first screen: {time.monotonic() - t0:.0f}s", flush=True)
+            for rep in range(args.repeat):
+                for triage in modes:
+                    for name, slow in (("healthy", False), ("slow", True)):
+                        rows.append(case(cluster, d, name, triage, rep, slow))
+    summary: dict[str, Any] = {}
+    for name in ("healthy", "slow"):
+        for triage in modes:
+            got = [r for r in rows if r["case"] == name and r["triage"] == triage]
+            key = f"{name}_triage_{'on' if triage else 'off'}"
+            starts = [r["submit_to_start_s"] for r in got]
+            summary[key] = {
+                "submit_to_start_s_median": statistics.median(starts),
+                "runs": starts,
+                "last_prolog_wall_s": [r["last_prolog_wall_s"] for r in got],
+                "slow_node_kept_out": all("node01" not in r["ran_on"] for r in got)
+                if name == "slow"
+                else None,
+            }
+    doc = {
+        "benchmark": "time_to_start",
+        "date": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "screener": __version__,
+        "cores": os.cpu_count(),
+        "cluster_nodes": NODES,
+        "allocation": ALLOC,
+        "probe": PROBE,
+        "triage": "0.25 s ramp + 0.5 s per fio job ([prolog] defaults)",
+        "devices_paced": PACE,
+        "slow_node": f"node01 read at {SLOW}B/s",
+        "summary": summary,
+        "rows": rows,
+        "load_average_at_end": [round(x, 1) for x in os.getloadavg()],
+    }
+    RESULTS.parent.mkdir(exist_ok=True)
+    RESULTS.write_text(json.dumps(doc, indent=2) + "\n")
+    for key, s in summary.items():
+        print(f"{key}: submit->start median {s['submit_to_start_s_median']}s {s['runs']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,77 @@
+"""The prolog's triage (issue 22): a short probe first, the full probe only where needed.
+
+A node reading at 1/20 of its peers is obvious after half a second of QD32 reads, and so
+is a healthy one; only the ambiguous nodes need the full probe's evidence. With
+``[prolog] triage`` on, the nodes a prolog must probe get every fio job at
+``triage_ramp_s + triage_runtime_s`` (its own recipe, so its own history and fleet
+figures), judged and confirmed as usual; a node it leaves DEGRADED on a performance
+signal (a close call, a stall mode, a borderline re-probe) then gets the full probe
+beside healthy references. Pure decisions here; the prolog runs the screens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence, Set
+from dataclasses import replace
+
+from screener.policy import Policy
+from screener.probe_data import RunSummary, Status
+from screener.verdict.confirm import references
+
+# Signals that say nothing about the figures: a DEGRADED node with only these is not
+# ambiguous, the full probe would find the same facts.
+_NOT_FIGURES = frozenset({"facts", "read_timeout"})
+
+
+def triage_policy(policy: Policy) -> Policy:
+    """The policy of a triage screen: every fio job, shortened to the triage's ramp and
+    runtime (a recipe of its own: history compares triage with triage)."""
+    pp = policy.prolog
+    probe = replace(policy.probe, ramp_s=pp.triage_ramp_s, runtime_s=pp.triage_runtime_s)
+    return replace(policy, probe=probe)
+
+
+def plan(
+    nodes: Sequence[str],
+    allocated: int,
+    latest: Mapping[str, str],
+    flaky: Set[str],
+    policy: Policy,
+) -> tuple[list[str], str]:
+    """(nodes to triage, why not): all of ``nodes`` (those the prolog must probe), or none
+    with the reason the full probe runs. The full probe is for allocations of fewer than
+    ``min_peers`` nodes (``allocated``; a larger job's few unfresh nodes borrow the recent
+    triage figures of the fleet as peers), and for nodes whose latest verdict (``latest``:
+    status by node) was neither OK nor UNKNOWN or with a recent slow episode (``flaky``):
+    they have shown an ambiguity a short probe could miss (stalls seconds apart)."""
+    if not policy.prolog.triage:
+        return [], "triage off"
+    if allocated < policy.verdict.min_peers:
+        return [], f"{allocated} nodes < verdict.min_peers {policy.verdict.min_peers}"
+    ok = (Status.OK.value, Status.UNKNOWN.value)
+    doubt = [n for n in nodes if n in flaky or latest.get(n, Status.OK.value) not in ok]
+    if doubt:
+        more = " ..." if len(doubt) > 3 else ""
+        return [], f"{', '.join(doubt[:3])}{more}: not OK lately"
+    return list(nodes), ""
+
+
+def ambiguous(summary: RunSummary) -> list[str]:
+    """Nodes the triage left undecided: DEGRADED on a performance signal. OK and confirmed
+    SLOW are decided; UNKNOWN (an error, a shared cause) is not made clearer by more I/O."""
+    return [
+        v.node
+        for v in summary.verdicts
+        if v.status == Status.DEGRADED and set(v.signals) - _NOT_FIGURES
+    ]
+
+
+def escalation(summary: RunSummary, policy: Policy) -> tuple[list[str], list[str]]:
+    """(ambiguous, references) for the full probe after a triage: the nodes it left
+    ambiguous, and healthy references (closest to the triage's peer median) enough for a
+    peer comparison; ([], []) if none is ambiguous."""
+    doubt = ambiguous(summary)
+    if not doubt:
+        return [], []
+    want = max(policy.verdict.confirm_references, policy.verdict.min_peers - len(doubt), 1)
+    return doubt, [n for n in references(summary, want) if n not in doubt]

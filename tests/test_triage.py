@@ -1,0 +1,66 @@
+"""The prolog's triage decisions (issue 22): who gets the short probe, who the full one."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from screener.hooks.triage import ambiguous, escalation, plan, triage_policy
+from screener.policy import Policy, PrologPolicy
+from screener.probe.fio import probe_duration_s, recipe_fingerprint
+from screener.probe_data import RunSummary, Status, Verdict
+from screener.verdict.judge import evaluate
+from tests.test_verdict import POLICY, fleet
+
+ON = replace(Policy(), prolog=PrologPolicy(triage=True))
+NODES = [f"node{i:02d}" for i in range(1, 9)]
+
+
+def test_triage_policy_is_short_and_its_own_recipe() -> None:
+    short = triage_policy(ON)
+    assert short.probe.ramp_s == 0.25 and short.probe.runtime_s == 0.5
+    assert probe_duration_s(short.probe) == 2.25  # 3 fio jobs x 0.75 s, not 3 x 4 s
+    assert recipe_fingerprint(short.probe) != recipe_fingerprint(ON.probe)  # own history
+    assert replace(short, probe=ON.probe) == ON  # nothing else changes
+
+
+def test_plan_triages_a_large_allocation_with_a_clean_record() -> None:
+    latest = {"node01": "OK", "node02": "UNKNOWN"}  # node03.. never judged
+    assert plan(NODES, 8, latest, set(), ON) == (NODES, "")
+    # the requeued attempt's lone replacement of an 8-node job: fleet figures are its peers
+    assert plan(["node09"], 8, {}, set(), ON) == (["node09"], "")
+
+
+def test_plan_sends_the_doubtful_and_the_small_to_the_full_probe() -> None:
+    assert plan(NODES, 8, {}, set(), Policy()) == ([], "triage off")
+    assert plan(NODES[:3], 3, {}, set(), ON) == ([], "3 nodes < verdict.min_peers 4")
+    for status in ("DEGRADED", "SLOW_READ", "SLOW_WRITE"):
+        assert plan(NODES, 8, {"node04": status}, set(), ON) == ([], "node04: not OK lately")
+    assert plan(NODES, 8, {}, {"node02", "node05"}, ON) == ([], "node02, node05: not OK lately")
+
+
+def test_a_close_call_is_ambiguous_and_escalated_beside_references() -> None:
+    summary = evaluate(fleet(read=2000), {}, POLICY)  # node01 at 0.6x: a close call
+    assert ambiguous(summary) == ["node01"]
+    doubt, refs = escalation(summary, ON)
+    assert doubt == ["node01"] and len(refs) == 3 and "node01" not in refs
+    # references are the healthy nodes closest to the peer median
+    z = {v.node: abs(v.z_read or 0.0) for v in summary.verdicts}
+    assert max(z[n] for n in refs) <= min(z[n] for n in NODES[1:] if n not in refs)
+
+
+def test_clear_verdicts_are_not_escalated() -> None:
+    healthy = evaluate(fleet(), {}, POLICY)
+    slow = evaluate(fleet(read=150), {}, POLICY)  # 1/20: SLOW_READ, decided
+    assert {v.status for v in slow.verdicts} == {Status.OK, Status.SLOW_READ}
+    assert escalation(healthy, ON) == ([], []) and escalation(slow, ON) == ([], [])
+
+
+def test_facts_alone_and_errors_are_not_ambiguous() -> None:
+    facts = Verdict("node01", Status.DEGRADED, "pcie link x2 < x4", signals=("facts",))
+    down = Verdict("node02", Status.UNKNOWN, "node02: connect refused")
+    stall = Verdict("node03", Status.DEGRADED, "stall mode", signals=("stalls",))
+    ok = [Verdict(f"node{i:02d}", Status.OK, "fine", baseline=True) for i in range(4, 9)]
+    summary = RunSummary(verdicts=(facts, down, stall, *ok))
+    assert ambiguous(summary) == ["node03"]
+    doubt, refs = escalation(summary, ON)
+    assert doubt == ["node03"] and refs == ["node04", "node05", "node06"]
