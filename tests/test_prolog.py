@@ -20,6 +20,7 @@ from screener.hooks.triage import triage_policy
 from screener.policy import load_policy
 from screener.probe.fio import recipe_fingerprint
 from screener.store import open_store
+from screener.store.run_views import PROLOG_PROBES, run_detail
 from screener.store.slurm_records import SlurmRecords
 from tests.hooked_cluster import (
     hooked_cluster,
@@ -235,12 +236,13 @@ def test_in_job_iostat_stored_and_node_slowed_mid_job_gets_episode(site: dict[st
         assert not fast, fast
 
 
-def _prolog_runs(db: str, job_id: str) -> list[tuple[set[str], set[str | None]]]:
-    """(nodes, recipes) of each prolog run of the job, oldest first."""
+def _prolog_runs(db: str, job_id: str) -> list[tuple[set[str], set[str | None], str | None]]:
+    """(nodes, recipes, probe said by `screener show RUN`) of each prolog run of the job,
+    oldest first."""
     with open_store(db) as store:
         runs = [r for r in store.latest_runs(50) if r.trigger.value == "prolog"]
         return [
-            ({v.node for v in vs}, {v.recipe for v in vs})
+            ({v.node for v in vs}, {v.recipe for v in vs}, run_detail(store, r.id).mode)
             for r in reversed(runs)
             if r.job_id == job_id and (vs := store.run_verdicts(r.id))
         ]
@@ -265,7 +267,8 @@ def test_triage_drains_a_clear_slow_reader_on_the_short_probe(site: dict[str, An
     policy = load_policy(site["config"])
     short = recipe_fingerprint(triage_policy(policy).probe)
     runs = _prolog_runs(site["db"], job_id)
-    assert runs and all(recipes == {short} for _, recipes in runs), (runs, log)  # no full probe
+    assert runs and all(recipes == {short} for _, recipes, _ in runs), (runs, log)  # no full one
+    assert all(mode == PROLOG_PROBES["triage"] for _, _, mode in runs), runs
     assert slow in runs[0][0] and "triage skipped" not in log and "ambiguous" not in log, log
     assert set(cluster.nodes[4:5]) <= runs[-1][0], runs  # the replacement, triaged
 
@@ -292,7 +295,8 @@ def test_triage_sends_a_close_call_to_the_full_probe(site: dict[str, Any]) -> No
     short = recipe_fingerprint(triage_policy(policy).probe)
     full = recipe_fingerprint(policy.probe)
     runs = _prolog_runs(site["db"], job_id)
-    assert [recipes for _, recipes in runs] == [{short}, {full}], (runs, log)
+    assert [recipes for _, recipes, _ in runs] == [{short}, {full}], (runs, log)
+    assert [mode for _, _, mode in runs] == [PROLOG_PROBES["triage"], PROLOG_PROBES["escalated"]]
     assert len(runs[0][0]) == 4 and node in runs[1][0] and len(runs[1][0]) == 4, runs
     assert f"triage left {node} ambiguous: full probe beside " in log, log
     assert "DRAIN" not in sinfo_nodes(cluster)[node]["state_flags"]

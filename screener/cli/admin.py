@@ -201,7 +201,8 @@ def _run_header(d: RunDetail) -> list[str]:
         f"{r.n_ok} OK, {r.n_slow} SLOW, {r.n_degraded} DEGRADED, {r.n_unknown} UNKNOWN",
     ]
     if d.mode:
-        lines.append(f"sweep mode: {d.mode}")
+        label = "probe" if r.trigger.value == "prolog" else "sweep mode"
+        lines.append(f"{label}: {d.mode}")
     if r.shared_cause:
         lines.append(f"shared cause: {r.shared_cause_reason}")
     if d.guard_reason:

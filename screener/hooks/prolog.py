@@ -199,9 +199,11 @@ def _screen_job(
             records.record_fast_path(passed, job.job_id, datetime.now(UTC), pp.fresh_s, notes)
     outcome: list[int] = []
 
-    def run(nodes: list[str], screen_policy: Policy, triage: bool) -> tuple[list[str], list[str]]:
-        """Screen ``nodes``, act on the stored run (drain, in-job iostat); after a triage,
-        (the nodes it left ambiguous, references) (in-job iostat then waits for them)."""
+    def run(nodes: list[str], screen_policy: Policy, stage: str) -> tuple[list[str], list[str]]:
+        """Screen ``nodes``, act on the stored run (drain, in-job iostat); after a triage
+        (``stage``: "triage", "escalated" or ""), the nodes it left ambiguous and references
+        (in-job iostat then waits for those)."""
+        triage = stage == "triage"
         more: list[tuple[list[str], list[str]]] = []
 
         async def after(transport: Transport, result: ScreenResult) -> None:
@@ -225,6 +227,7 @@ def _screen_job(
             store=store,
             db_unavailable=unavailable,
             after=after,
+            run_info={"prolog_probe": stage} if stage else None,
         )
         return more[0] if more else ([], [])
 
@@ -232,7 +235,7 @@ def _screen_job(
         tri, why = plan(probe, len(job.nodes), statuses, flaky, policy)
         if pp.triage and not tri:
             log(f"triage skipped ({why}): full probe")
-        doubt, refs = run(probe, triage_policy(policy), True) if tri else run(probe, policy, False)
+        doubt, refs = run(probe, triage_policy(policy), "triage") if tri else run(probe, policy, "")
         if doubt and max(outcome, default=0) == 0:
             _escalate(doubt, refs, policy, job, log, t0, run)
     elif pp.iostat and not iostat_started:
@@ -254,7 +257,7 @@ def _escalate(
     job: SlurmJob,
     log: HookLog,
     t0: float,
-    run: Callable[[list[str], Policy, bool], object],
+    run: Callable[[list[str], Policy, str], object],
 ) -> None:
     """The full probe for the nodes a triage left ambiguous (``doubt``) beside healthy
     references, when the budget still holds it (both rounds); else they keep their
@@ -271,7 +274,7 @@ def _escalate(
             asyncio.run(_iostat_only(policy, job, log))
         return
     log(f"triage left {fold_nodes(doubt)} ambiguous: full probe beside {fold_nodes(refs)}")
-    run([*doubt, *refs], policy, False)
+    run([*doubt, *refs], policy, "escalated")
 
 
 def _sentinels(

@@ -130,7 +130,7 @@ class RunDetail:
     guard_reason: str | None
     peer_read_median_mb_s: float | None = field(metadata=unit("MB/s", "peer read median"))
     nodes: tuple[RunNodeRow, ...]
-    mode: str | None = None  # a sweep's mode: "dry run, deep, config /etc/x.toml"
+    mode: str | None = None  # a sweep's mode ("dry run, deep, config /etc/x.toml"), a triage's
     rollout: str | None = None  # dry run and shadow rules in force: rollout(policy) below
 
 

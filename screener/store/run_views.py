@@ -148,6 +148,13 @@ def run_detail(store: Store, run_id: int) -> RunDetail:
     )
 
 
+# runs.policy["prolog_probe"] (screener/hooks/prolog.py) -> what `screener run N` says
+PROLOG_PROBES = {
+    "triage": "prolog triage: every fio job at [prolog] triage_ramp_s + triage_runtime_s",
+    "escalated": "prolog full probe of the nodes its triage left ambiguous, beside references",
+}
+
+
 def rollout(policy: Any) -> str | None:
     """How cautiously a run acted, from the policy stored with it: a whole-site dry run
     ([slurm] dry_run, or a sweep's --dry-run) and the rules in shadow ([verdict] shadow);
@@ -165,8 +172,12 @@ def rollout(policy: Any) -> str | None:
 
 
 def sweep_mode(policy: Any) -> str | None:
-    """The mode a sweep stored with its run (runs.policy["sweep_mode"]) as one phrase;
-    None for other runs and for sweeps stored before it was recorded."""
+    """The mode a sweep stored with its run (runs.policy["sweep_mode"]) as one phrase, or
+    which probe a prolog ran (runs.policy["prolog_probe"]: triage, or the full probe of
+    what a triage left ambiguous); None for other runs and for runs stored before."""
+    probe = policy.get("prolog_probe") if isinstance(policy, dict) else None
+    if probe in PROLOG_PROBES:
+        return PROLOG_PROBES[probe]
     mode = policy.get("sweep_mode") if isinstance(policy, dict) else None
     if not isinstance(mode, dict):
         return None
