@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from screener.hooks.triage import ambiguous, escalation, plan, triage_policy
+from screener.hooks.triage import ambiguous, escalation, full_probe_fits, plan, triage_policy
 from screener.policy import Policy, PrologPolicy
 from screener.probe.fio import probe_duration_s, recipe_fingerprint
 from screener.probe_data import RunSummary, Status, Verdict
@@ -64,3 +64,11 @@ def test_facts_alone_and_errors_are_not_ambiguous() -> None:
     assert ambiguous(summary) == ["node03"]
     doubt, refs = escalation(summary, ON)
     assert doubt == ["node03"] and refs == ["node04", "node05", "node06"]
+
+
+def test_the_full_probe_runs_only_when_the_budget_holds_both_rounds() -> None:
+    # default: 2 rounds x 3 jobs x (1 s + 3 s) = 24 s, x 1.5: within the default 60 s budget
+    assert full_probe_fits(ON, 36.0) and not full_probe_fits(ON, 35.9)
+    assert full_probe_fits(ON, ON.prolog.budget_s - 20)  # after a slow triage, still
+    one = replace(ON, verdict=replace(ON.verdict, confirm=False))
+    assert full_probe_fits(one, 18.0) and not full_probe_fits(one, 17.9)

@@ -262,13 +262,10 @@ def _escalate(
     """The full probe for the nodes a triage left ambiguous (``doubt``) beside healthy
     references, when the budget still holds it (both rounds); else they keep their
     DEGRADED verdict and the job starts, with in-job iostat (which waited for this)."""
-    from screener.probe.fio import policy_jobs, probe_duration_s
+    from screener.hooks.triage import full_probe_fits
 
     pp = policy.prolog
-    rounds = 2 if policy.verdict.confirm else 1
-    need = rounds * probe_duration_s(policy.probe, policy_jobs(policy.probe))
-    left = pp.budget_s - (time.monotonic() - t0) - DECIDE_RESERVE_S
-    if left < need + policy.transport.command_timeout_s:
+    if not full_probe_fits(policy, pp.budget_s - (time.monotonic() - t0) - DECIDE_RESERVE_S):
         log(f"triage left {fold_nodes(doubt)} ambiguous; no budget left for the full probe")
         if pp.iostat:
             asyncio.run(_iostat_only(policy, job, log))

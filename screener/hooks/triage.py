@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence, Set
 from dataclasses import replace
 
 from screener.policy import Policy
+from screener.probe.fio import policy_jobs, probe_duration_s
 from screener.probe_data import RunSummary, Status
 from screener.verdict.confirm import references
 
@@ -75,3 +76,11 @@ def escalation(summary: RunSummary, policy: Policy) -> tuple[list[str], list[str
         return [], []
     want = max(policy.verdict.confirm_references, policy.verdict.min_peers - len(doubt), 1)
     return doubt, [n for n in references(summary, want) if n not in doubt]
+
+
+def full_probe_fits(policy: Policy, left_s: float) -> bool:
+    """Whether ``left_s`` seconds of the prolog's budget hold the full probe of an
+    escalation: both rounds when confirming, with half as much again for SSH, layout and
+    a loaded node (the screen's deadline still ends it in time: late nodes are UNKNOWN)."""
+    rounds = 2 if policy.verdict.confirm else 1
+    return left_s >= 1.5 * rounds * probe_duration_s(policy.probe, policy_jobs(policy.probe))
