@@ -11,7 +11,7 @@ Devices are paced at 300 MB/s (tests/hooked_cluster.PACE) so the device, not the
 cores, sets each node's rate. The probe files are laid out once before the first case
 (a site pays that once per node). Writes bench/results/time_to_start.json.
 
-    .venv/bin/python bench/time_to_start.py [--repeat 2] [--modes off,on]
+    .venv/bin/python bench/time_to_start.py [--repeat 2] [--modes off,on] [--size-mib 1024]
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ RESULTS = Path(__file__).resolve().parent / "results" / "time_to_start.json"
 NODES = 10
 ALLOC = 8
 SLOW = "15M"  # 1/20 of PACE
-PROBE = {"size_mib": 1024, "runtime_s": 3.0, "ramp_s": 1.0}  # the shipped recipe
+PROBE: dict[str, float] = {"size_mib": 1024, "runtime_s": 3.0, "ramp_s": 1.0}  # the shipped recipe
 WALL_RE = re.compile(r"job (\d+): may start \(([0-9.]+)s\)")
 
 
@@ -103,7 +103,7 @@ def case(
         "submit_to_start_s": round(started - t0, 1),
         "last_prolog_wall_s": walls[-1] if walls else None,
         "ran_on": sorted((out / f"hosts-{job_id}").read_text().split()),
-        "escalated": "ambiguous: full probe" in text,
+        "escalated": "after the triage, beside" in text,
         "log": [ln[26:] for ln in text.splitlines() if "screener prolog" in ln],
     }
     print(
@@ -119,7 +119,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--modes", default="off,on", help="triage modes to run: off,on")
+    ap.add_argument("--size-mib", type=int, default=PROBE["size_mib"], help="probe region")
     args = ap.parse_args()
+    PROBE["size_mib"] = args.size_mib
     modes = [m == "on" for m in args.modes.split(",") if m]
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:

@@ -269,7 +269,7 @@ def test_triage_drains_a_clear_slow_reader_on_the_short_probe(site: dict[str, An
     runs = _prolog_runs(site["db"], job_id)
     assert runs and all(recipes == {short} for _, recipes, _ in runs), (runs, log)  # no full one
     assert all(mode == PROLOG_PROBES["triage"] for _, _, mode in runs), runs
-    assert slow in runs[0][0] and "triage skipped" not in log and "ambiguous" not in log, log
+    assert slow in runs[0][0] and "triage skipped" not in log and "full probe of" not in log, log
     assert set(cluster.nodes[4:5]) <= runs[-1][0], runs  # the replacement, triaged
 
 
@@ -298,7 +298,7 @@ def test_triage_sends_a_close_call_to_the_full_probe(site: dict[str, Any]) -> No
     assert [recipes for _, recipes, _ in runs] == [{short}, {full}], (runs, log)
     assert [mode for _, _, mode in runs] == [PROLOG_PROBES["triage"], PROLOG_PROBES["escalated"]]
     assert len(runs[0][0]) == 4 and node in runs[1][0] and len(runs[1][0]) == 4, runs
-    assert f"triage left {node} ambiguous: full probe beside " in log, log
+    assert f"full probe of {node} after the triage, beside " in log, log
     assert "DRAIN" not in sinfo_nodes(cluster)[node]["state_flags"]
     with open_store(site["db"]) as store:
         latest = SlurmRecords(store).latest_verdicts([node])

@@ -25,17 +25,26 @@ def test_triage_policy_is_short_and_its_own_recipe() -> None:
 
 def test_plan_triages_a_large_allocation_with_a_clean_record() -> None:
     latest = {"node01": "OK", "node02": "UNKNOWN"}  # node03.. never judged
-    assert plan(NODES, 8, latest, set(), ON) == (NODES, "")
+    assert plan(NODES, 8, latest, set(), ON) == (NODES, [], "")
     # the requeued attempt's lone replacement of an 8-node job: fleet figures are its peers
-    assert plan(["node09"], 8, {}, set(), ON) == (["node09"], "")
+    assert plan(["node09"], 8, {}, set(), ON) == (["node09"], [], "")
 
 
-def test_plan_sends_the_doubtful_and_the_small_to_the_full_probe() -> None:
-    assert plan(NODES, 8, {}, set(), Policy()) == ([], "triage off")
-    assert plan(NODES[:3], 3, {}, set(), ON) == ([], "3 nodes < verdict.min_peers 4")
+def test_plan_holds_the_doubtful_back_for_the_full_probe() -> None:
     for status in ("DEGRADED", "SLOW_READ", "SLOW_WRITE"):
-        assert plan(NODES, 8, {"node04": status}, set(), ON) == ([], "node04: not OK lately")
-    assert plan(NODES, 8, {}, {"node02", "node05"}, ON) == ([], "node02, node05: not OK lately")
+        tri, held, why = plan(NODES, 8, {"node04": status}, set(), ON)
+        assert held == ["node04"] and tri == [n for n in NODES if n != "node04"]
+        assert why == "node04: not OK lately"
+    tri, held, why = plan(NODES, 8, {}, {"node02", "node05"}, ON)  # slow episodes
+    assert held == ["node02", "node05"] and len(tri) == 6
+    # too few left to triage beside each other: one full screen of them all
+    few = ["node01", "node02", "node03", "node04"]
+    assert plan(few, 8, {"node01": "DEGRADED"}, set(), ON) == ([], few, "node01: not OK lately")
+
+
+def test_plan_sends_small_allocations_to_the_full_probe() -> None:
+    assert plan(NODES, 8, {}, set(), Policy()) == ([], NODES, "triage off")
+    assert plan(NODES[:3], 3, {}, set(), ON) == ([], NODES[:3], "3 nodes < verdict.min_peers 4")
 
 
 def test_a_close_call_is_ambiguous_and_escalated_beside_references() -> None:
@@ -64,6 +73,10 @@ def test_facts_alone_and_errors_are_not_ambiguous() -> None:
     assert ambiguous(summary) == ["node03"]
     doubt, refs = escalation(summary, ON)
     assert doubt == ["node03"] and refs == ["node04", "node05", "node06"]
+    # plan's held-back node joins the escalation; references stay the triage's OK nodes
+    doubt, refs = escalation(summary, ON, ["node09"])
+    assert doubt == ["node03", "node09"] and refs == ["node04", "node05", "node06"]
+    assert escalation(evaluate(fleet(), {}, POLICY), ON, ["node09"])[0] == ["node09"]
 
 
 def test_the_full_probe_runs_only_when_the_budget_holds_both_rounds() -> None:

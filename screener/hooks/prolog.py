@@ -166,6 +166,7 @@ def _screen_job(
 ) -> int:
     from screener import app
     from screener.hooks.triage import escalation, plan, triage_policy
+    from screener.probe.fio import recipe_fingerprint
     from screener.probe_data import Trigger
     from screener.store.slurm_records import SlurmRecords
 
@@ -182,8 +183,11 @@ def _screen_job(
         now = datetime.now(UTC)
         finish_pending(client, records, now, log, nodes=job.nodes)  # a killed run's drains
         latest = records.latest_verdicts(job.nodes)
-        statuses = {n: st for n, (st, _) in latest.items()}
         last = {n: at for n, (st, at) in latest.items() if st == "OK"}
+        if pp.triage:  # what the full probe said last: a triage's own doubt is re-triaged
+            short = recipe_fingerprint(triage_policy(policy).probe)
+            latest = records.latest_verdicts(job.nodes, exclude_recipe=short)
+        statuses = {n: st for n, (st, _) in latest.items()}
         flaky = records.flaky_since(job.nodes, now - timedelta(seconds=pp.flaky_window_s))
         skip, probe = fast_path(job.nodes, last, flaky, now, pp.fresh_s)
     notes: dict[str, str] = {}
@@ -198,6 +202,7 @@ def _screen_job(
             passed = {n: last[n] for n in skip}
             records.record_fast_path(passed, job.job_id, datetime.now(UTC), pp.fresh_s, notes)
     outcome: list[int] = []
+    held: list[str] = []  # with triage: nodes for the full probe only, after it
 
     def run(nodes: list[str], screen_policy: Policy, stage: str) -> tuple[list[str], list[str]]:
         """Screen ``nodes``, act on the stored run (drain, in-job iostat); after a triage
@@ -211,7 +216,7 @@ def _screen_job(
             code = _act(policy, job, client, records, result, log, left)
             outcome.append(code)
             if code == 0 and triage and records is not None and not result.store_error:
-                doubt, refs = escalation(result.summary, policy)
+                doubt, refs = escalation(result.summary, policy, held)
                 if doubt:
                     more.append((doubt, refs))
             if code == 0 and not more and pp.iostat:
@@ -232,10 +237,12 @@ def _screen_job(
         return more[0] if more else ([], [])
 
     if probe:
-        tri, why = plan(probe, len(job.nodes), statuses, flaky, policy)
+        tri, held, why = plan(probe, len(job.nodes), statuses, flaky, policy)
         if pp.triage and not tri:
             log(f"triage skipped ({why}): full probe")
-        doubt, refs = run(probe, triage_policy(policy), "triage") if tri else run(probe, policy, "")
+        elif held:
+            log(f"triage of {fold_nodes(tri)}; {why}: full probe after it")
+        doubt, refs = run(tri, triage_policy(policy), "triage") if tri else run(probe, policy, "")
         if doubt and max(outcome, default=0) == 0:
             _escalate(doubt, refs, policy, job, log, t0, run)
     elif pp.iostat and not iostat_started:
@@ -259,18 +266,19 @@ def _escalate(
     t0: float,
     run: Callable[[list[str], Policy, str], object],
 ) -> None:
-    """The full probe for the nodes a triage left ambiguous (``doubt``) beside healthy
-    references, when the budget still holds it (both rounds); else they keep their
-    DEGRADED verdict and the job starts, with in-job iostat (which waited for this)."""
+    """The full probe for the nodes a triage left ambiguous or held back (``doubt``) beside
+    healthy references, when the budget still holds it (both rounds); else they keep
+    their verdict (or, held back, none: never drained) and the job starts, with in-job
+    iostat (which waited for this)."""
     from screener.hooks.triage import full_probe_fits
 
     pp = policy.prolog
     if not full_probe_fits(policy, pp.budget_s - (time.monotonic() - t0) - DECIDE_RESERVE_S):
-        log(f"triage left {fold_nodes(doubt)} ambiguous; no budget left for the full probe")
+        log(f"{fold_nodes(doubt)}: no budget left for the full probe after the triage")
         if pp.iostat:
             asyncio.run(_iostat_only(policy, job, log))
         return
-    log(f"triage left {fold_nodes(doubt)} ambiguous: full probe beside {fold_nodes(refs)}")
+    log(f"full probe of {fold_nodes(doubt)} after the triage, beside {fold_nodes(refs)}")
     run([*doubt, *refs], policy, "escalated")
 
 

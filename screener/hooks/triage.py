@@ -38,23 +38,28 @@ def plan(
     latest: Mapping[str, str],
     flaky: Set[str],
     policy: Policy,
-) -> tuple[list[str], str]:
-    """(nodes to triage, why not): all of ``nodes`` (those the prolog must probe), or none
-    with the reason the full probe runs. The full probe is for allocations of fewer than
-    ``min_peers`` nodes (``allocated``; a larger job's few unfresh nodes borrow the recent
-    triage figures of the fleet as peers), and for nodes whose latest verdict (``latest``:
-    status by node) was neither OK nor UNKNOWN or with a recent slow episode (``flaky``):
-    they have shown an ambiguity a short probe could miss (stalls seconds apart)."""
+) -> tuple[list[str], list[str], str]:
+    """(nodes to triage, nodes for the full probe only, why) over ``nodes``, those the
+    prolog must probe. The full probe is for allocations of fewer than ``min_peers`` nodes
+    (``allocated``; a larger job's few unfresh nodes borrow the fleet's recent triage
+    figures as peers), and for nodes whose latest full-probe verdict (``latest``: status
+    by node; a triage's own doubt is triaged again) was neither OK nor UNKNOWN or with a
+    recent slow episode (``flaky``): they have shown an ambiguity a short probe could miss
+    (stalls seconds apart). Those join the triage's escalation, beside its references;
+    when fewer than ``min_peers`` nodes would be triaged, every node gets the full probe
+    at once (one screen instead of two)."""
     if not policy.prolog.triage:
-        return [], "triage off"
+        return [], list(nodes), "triage off"
     if allocated < policy.verdict.min_peers:
-        return [], f"{allocated} nodes < verdict.min_peers {policy.verdict.min_peers}"
+        why = f"{allocated} nodes < verdict.min_peers {policy.verdict.min_peers}"
+        return [], list(nodes), why
     ok = (Status.OK.value, Status.UNKNOWN.value)
     doubt = [n for n in nodes if n in flaky or latest.get(n, Status.OK.value) not in ok]
-    if doubt:
-        more = " ..." if len(doubt) > 3 else ""
-        return [], f"{', '.join(doubt[:3])}{more}: not OK lately"
-    return list(nodes), ""
+    named = f"{', '.join(doubt[:3])}{' ...' if len(doubt) > 3 else ''}: not OK lately"
+    tri = [n for n in nodes if n not in doubt]
+    if doubt and len(tri) < policy.verdict.min_peers:
+        return [], list(nodes), named
+    return tri, doubt, named if doubt else ""
 
 
 def ambiguous(summary: RunSummary) -> list[str]:
@@ -67,11 +72,13 @@ def ambiguous(summary: RunSummary) -> list[str]:
     ]
 
 
-def escalation(summary: RunSummary, policy: Policy) -> tuple[list[str], list[str]]:
-    """(ambiguous, references) for the full probe after a triage: the nodes it left
-    ambiguous, and healthy references (closest to the triage's peer median) enough for a
-    peer comparison; ([], []) if none is ambiguous."""
-    doubt = ambiguous(summary)
+def escalation(
+    summary: RunSummary, policy: Policy, also: Sequence[str] = ()
+) -> tuple[list[str], list[str]]:
+    """(nodes for the full probe, references) after a triage: the nodes it left ambiguous
+    and ``also`` (plan's nodes for the full probe only), then healthy references (closest
+    to the triage's peer median), enough for a peer comparison; ([], []) if none."""
+    doubt = [*ambiguous(summary), *(n for n in also if n not in ambiguous(summary))]
     if not doubt:
         return [], []
     want = max(policy.verdict.confirm_references, policy.verdict.min_peers - len(doubt), 1)

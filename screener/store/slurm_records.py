@@ -109,17 +109,27 @@ class SlurmRecords(DrainIntents):
             n: at for n, (st, at) in self.latest_verdicts(nodes).items() if st == Status.OK.value
         }
 
-    def latest_verdicts(self, nodes: Sequence[str]) -> dict[str, tuple[str, datetime]]:
-        """(status, run start) of each node's latest verdict; nodes never judged are absent."""
+    def latest_verdicts(
+        self, nodes: Sequence[str], exclude_recipe: str | None = None
+    ) -> dict[str, tuple[str, datetime]]:
+        """(status, run start) of each node's latest verdict, not counting verdicts of
+        ``exclude_recipe`` (e.g. the prolog's triage); nodes never judged are absent."""
         out: dict[str, tuple[str, datetime]] = {}
         if not nodes:
             return out
+        query = (
+            select(NodeRecord.name, VerdictRecord.status, VerdictRecord.started_at)
+            .join(NodeRecord, NodeRecord.id == VerdictRecord.node_id)
+            .where(NodeRecord.name.in_(list(nodes)))
+        )
+        if exclude_recipe is not None:
+            recipe = VerdictRecord.recipe
+            query = query.where(or_(recipe.is_(None), recipe != exclude_recipe))
         with self.store.reading("read the latest verdicts") as conn:
             rows = conn.execute(
-                select(NodeRecord.name, VerdictRecord.status, VerdictRecord.started_at)
-                .join(NodeRecord, NodeRecord.id == VerdictRecord.node_id)
-                .where(NodeRecord.name.in_(list(nodes)))
-                .order_by(NodeRecord.name, VerdictRecord.started_at.desc(), VerdictRecord.id.desc())
+                query.order_by(
+                    NodeRecord.name, VerdictRecord.started_at.desc(), VerdictRecord.id.desc()
+                )
             ).all()
         for r in rows:
             if r.name not in out:
