@@ -10,6 +10,7 @@ import json
 import re
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +18,10 @@ import pytest
 
 from deploy.minicluster import ClusterHandle
 from screener.hooks.triage import triage_policy
+from screener.hostlist import expand_nodeset, fold_nodes
 from screener.policy import load_policy
 from screener.probe.fio import recipe_fingerprint
+from screener.probe_data import RunSummary, Status, Trigger, Verdict
 from screener.store import open_store
 from screener.store.run_views import PROLOG_PROBES, run_detail
 from screener.store.slurm_records import SlurmRecords
@@ -303,3 +306,40 @@ def test_triage_sends_a_close_call_to_the_full_probe(site: dict[str, Any]) -> No
     with open_store(site["db"]) as store:
         latest = SlurmRecords(store).latest_verdicts([node])
     assert latest[node][0] in ("DEGRADED", "OK"), log  # decided by the full probe
+
+
+def test_triage_holds_back_a_node_the_full_probe_last_doubted(site: dict[str, Any]) -> None:
+    """A node whose latest full-probe verdict was DEGRADED (a stall mode, say) may stall
+    between short probes: the triage runs on the others and that node gets the full probe
+    after it, beside the triage's references; nobody drained, the job starts."""
+    cluster = site["cluster"]
+    write_config(site["config"], cluster, site["db"], site["log"], prolog={"triage": True})
+    pace_devices(cluster, cluster.nodes)
+    policy = load_policy(site["config"])
+    doubted = cluster.nodes[0]
+    with open_store(site["db"], upgrade=True) as store:
+        now = datetime.now(UTC) - timedelta(hours=1)
+        run = store.start_run(Trigger.SWEEP, [doubted], {}, None, doubted, now)
+        v = Verdict(
+            doubted,
+            Status.DEGRADED,
+            "seq read stalls: ...",
+            signals=("stalls",),
+            recipe=recipe_fingerprint(policy.probe),
+        )
+        store.record_verdicts(run, RunSummary(verdicts=(v,)))
+        store.finish_run(run, now, "done")
+    job_id = _hosts_job(site, 5, "--comment", "screener=on")
+    job = wait_job(cluster, job_id)
+    log = site["log"].read_text()
+    assert job["job_state"] == "COMPLETED" and job["restart_cnt"] == 0, log
+    others = ",".join(cluster.nodes[1:5])
+    assert f"triage of {fold_nodes(cluster.nodes[1:5])}; {doubted}: not OK lately" in log, log
+    full_of = re.search(r"full probe of (\S+) after the triage, beside ", log)
+    assert full_of and doubted in expand_nodeset(full_of.group(1)), log  # (and any ambiguous)
+    runs = _prolog_runs(site["db"], job_id)
+    short = recipe_fingerprint(triage_policy(policy).probe)
+    full = recipe_fingerprint(policy.probe)
+    assert [recipes for _, recipes, _ in runs] == [{short}, {full}], (runs, log)
+    assert runs[0][0] == set(others.split(",")) and doubted in runs[1][0], runs
+    assert not any("DRAIN" in n["state_flags"] for n in sinfo_nodes(cluster).values())
