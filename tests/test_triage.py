@@ -64,18 +64,19 @@ def test_clear_verdicts_are_not_escalated() -> None:
     assert escalation(healthy, ON) == ([], []) and escalation(slow, ON) == ([], [])
 
 
-def test_facts_alone_and_errors_are_not_ambiguous() -> None:
+def test_facts_errors_and_a_lone_stall_mode_are_not_ambiguous() -> None:
+    """One stall in a 0.5 s window is one event: DEGRADED, but no full probe for it."""
     facts = Verdict("node01", Status.DEGRADED, "pcie link x2 < x4", signals=("facts",))
     down = Verdict("node02", Status.UNKNOWN, "node02: connect refused")
     stall = Verdict("node03", Status.DEGRADED, "stall mode", signals=("stalls",))
     ok = [Verdict(f"node{i:02d}", Status.OK, "fine", baseline=True) for i in range(4, 9)]
+    close = Verdict("node09", Status.DEGRADED, "close call", signals=("close_call", "stalls"))
     summary = RunSummary(verdicts=(facts, down, stall, *ok))
-    assert ambiguous(summary) == ["node03"]
-    doubt, refs = escalation(summary, ON)
-    assert doubt == ["node03"] and refs == ["node04", "node05", "node06"]
-    # plan's held-back node joins the escalation; references stay the triage's OK nodes
-    doubt, refs = escalation(summary, ON, ["node09"])
-    assert doubt == ["node03", "node09"] and refs == ["node04", "node05", "node06"]
+    assert ambiguous(summary) == [] and escalation(summary, ON) == ([], [])
+    assert ambiguous(RunSummary(verdicts=(facts, down, stall, *ok, close))) == ["node09"]
+    # plan's held-back node is escalated; references are the triage's OK nodes
+    doubt, refs = escalation(summary, ON, ["node10"])
+    assert doubt == ["node10"] and refs == ["node04", "node05", "node06"]
     assert escalation(evaluate(fleet(), {}, POLICY), ON, ["node09"])[0] == ["node09"]
 
 

@@ -19,9 +19,12 @@ from screener.probe.fio import policy_jobs, probe_duration_s
 from screener.probe_data import RunSummary, Status
 from screener.verdict.confirm import references
 
-# Signals that say nothing about the figures: a DEGRADED node with only these is not
-# ambiguous, the full probe would find the same facts.
-_NOT_FIGURES = frozenset({"facts", "read_timeout"})
+# A DEGRADED node with only these signals is not ambiguous: facts and a read timeout are
+# not figures (the full probe would find the same), and a stall mode in a 0.5 s window is
+# one event (on the emulated cluster a CPU hiccup made one on a healthy node in 2 of 3
+# triages); stalls seconds apart are the full probe's to find (the sweep), after which
+# the node skips the triage (plan) until a full probe passes.
+_NOT_AMBIGUOUS = frozenset({"facts", "read_timeout", "stalls", "shadow:stalls"})
 
 
 def triage_policy(policy: Policy) -> Policy:
@@ -63,12 +66,14 @@ def plan(
 
 
 def ambiguous(summary: RunSummary) -> list[str]:
-    """Nodes the triage left undecided: DEGRADED on a performance signal. OK and confirmed
-    SLOW are decided; UNKNOWN (an error, a shared cause) is not made clearer by more I/O."""
+    """Nodes the triage left undecided: DEGRADED on a figure between healthy and slow (a
+    close call, a borderline re-probe). OK and confirmed SLOW are decided; UNKNOWN (an
+    error, a shared cause) is not made clearer by more I/O; a lone stall mode stays
+    DEGRADED (never drained, probed again by the next prolog)."""
     return [
         v.node
         for v in summary.verdicts
-        if v.status == Status.DEGRADED and set(v.signals) - _NOT_FIGURES
+        if v.status == Status.DEGRADED and set(v.signals) - _NOT_AMBIGUOUS
     ]
 
 
