@@ -107,6 +107,7 @@ def test_slow_node_drained_job_requeued_onto_healthy_nodes(
         assert [(e[0], e[2], e[3]) for e in eps] == [("prolog", None, job_id)]
     assert f"job {job_id}: exit 1 so Slurm requeues it" in log
     assert set(re.findall(r"slurm backend (\w+)", log)) == {backend}, log
+    assert "triage" not in log, log  # off by default: not a word about it
     # The requeued attempt's nodes passed in the first attempt: the fast path let them in
     # unprobed, and said so per node with the job id (for `screener accuracy`).
     assert "fast path: " in log, log

@@ -240,7 +240,7 @@ def _screen_job(
         tri, held, why = plan(probe, len(job.nodes), statuses, flaky, policy)
         if pp.triage and not tri:
             log(f"triage skipped ({why}): full probe")
-        elif held:
+        elif tri and held:
             log(f"triage of {fold_nodes(tri)}; {why}: full probe after it")
         doubt, refs = run(tri, triage_policy(policy), "triage") if tri else run(probe, policy, "")
         if doubt and max(outcome, default=0) == 0:
