@@ -106,7 +106,7 @@ def case(
         "last_prolog_wall_s": walls[-1] if walls else None,
         "ran_on": sorted((out / f"hosts-{job_id}").read_text().split()),
         "escalated": "after the triage, beside" in text,
-        "log": [ln[26:] for ln in text.splitlines() if "screener prolog" in ln],
+        "log": [ln for ln in text.splitlines() if "screener prolog" in ln],
     }
     print(
         f"{tag}: submit->start {row['submit_to_start_s']}s, restarts {row['restarts']}, "

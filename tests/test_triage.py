@@ -49,7 +49,7 @@ def test_plan_sends_small_allocations_to_the_full_probe() -> None:
 
 def test_a_close_call_is_ambiguous_and_escalated_beside_references() -> None:
     summary = evaluate(fleet(read=2000), {}, POLICY)  # node01 at 0.6x: a close call
-    assert ambiguous(summary) == ["node01"]
+    assert ambiguous(summary, ON) == ["node01"]
     doubt, refs = escalation(summary, ON)
     assert doubt == ["node01"] and len(refs) == 3 and "node01" not in refs
     # references are the healthy nodes closest to the peer median
@@ -72,8 +72,8 @@ def test_facts_errors_and_a_lone_stall_mode_are_not_ambiguous() -> None:
     ok = [Verdict(f"node{i:02d}", Status.OK, "fine", baseline=True) for i in range(4, 9)]
     close = Verdict("node09", Status.DEGRADED, "close call", signals=("close_call", "stalls"))
     summary = RunSummary(verdicts=(facts, down, stall, *ok))
-    assert ambiguous(summary) == [] and escalation(summary, ON) == ([], [])
-    assert ambiguous(RunSummary(verdicts=(facts, down, stall, *ok, close))) == ["node09"]
+    assert ambiguous(summary, ON) == [] and escalation(summary, ON) == ([], [])
+    assert ambiguous(RunSummary(verdicts=(facts, down, stall, *ok, close)), ON) == ["node09"]
     # plan's held-back node is escalated; references are the triage's OK nodes
     doubt, refs = escalation(summary, ON, ["node10"])
     assert doubt == ["node10"] and refs == ["node04", "node05", "node06"]
@@ -86,3 +86,15 @@ def test_the_full_probe_runs_only_when_the_budget_holds_both_rounds() -> None:
     assert full_probe_fits(ON, ON.prolog.budget_s - 20)  # after a slow triage, still
     one = replace(ON, verdict=replace(ON.verdict, confirm=False))
     assert full_probe_fits(one, 18.0) and not full_probe_fits(one, 17.9)
+
+
+def test_an_ok_node_reading_below_the_borderline_is_ambiguous() -> None:
+    """A short probe's spread can hide a gap: OK at 0.6x the peer median gets the full
+    probe; OK at 0.72x (the lowest healthy triage figure measured) does not."""
+    low = Verdict("node01", Status.OK, "within peers", read_mb_s=600, peer_read_mb_s=1000)
+    par = Verdict("node02", Status.OK, "within peers", read_mb_s=720, peer_read_mb_s=1000)
+    ok = [Verdict(f"node{i:02d}", Status.OK, "fine", baseline=True) for i in range(3, 9)]
+    summary = RunSummary(verdicts=(low, par, *ok))
+    assert ambiguous(summary, ON) == ["node01"]
+    doubt, refs = escalation(summary, ON)
+    assert doubt == ["node01"] and len(refs) == 3 and "node01" not in refs

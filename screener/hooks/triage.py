@@ -16,8 +16,9 @@ from dataclasses import replace
 
 from screener.policy import Policy
 from screener.probe.fio import policy_jobs, probe_duration_s
-from screener.probe_data import RunSummary, Status
+from screener.probe_data import RunSummary, Status, Verdict
 from screener.verdict.confirm import references
+from screener.verdict.rules import borderline_level
 
 # A DEGRADED node with only these signals is not ambiguous: facts and a read timeout are
 # not figures (the full probe would find the same), and a stall mode in a 0.5 s window is
@@ -65,15 +66,24 @@ def plan(
     return tri, doubt, named if doubt else ""
 
 
-def ambiguous(summary: RunSummary) -> list[str]:
+def ambiguous(summary: RunSummary, policy: Policy) -> list[str]:
     """Nodes the triage left undecided: DEGRADED on a figure between healthy and slow (a
-    close call, a borderline re-probe). OK and confirmed SLOW are decided; UNKNOWN (an
-    error, a shared cause) is not made clearer by more I/O; a lone stall mode stays
-    DEGRADED (never drained, probed again by the next prolog)."""
+    close call, a borderline re-probe), and OK nodes reading below ``borderline_level``
+    (0.71) x the peer median: a short probe's peer spread can hide a real gap (two nodes
+    at 0.43x of the healthy level passed 5 of 6 triages as OK at 0.52-0.62x; the lowest
+    healthy node in 294 triage verdicts read 0.72x: bench/results/repeatability_triage.json).
+    Confirmed SLOW is decided; UNKNOWN (an error, a shared cause) is not made clearer by
+    more I/O; a lone stall mode stays DEGRADED (never drained, probed again next time)."""
+    level = borderline_level(policy.verdict)
+
+    def low(v: Verdict) -> bool:
+        return v.read_mb_s is not None and v.read_mb_s < level * (v.peer_read_mb_s or 0.0)
+
     return [
         v.node
         for v in summary.verdicts
-        if v.status == Status.DEGRADED and set(v.signals) - _NOT_AMBIGUOUS
+        if (v.status == Status.DEGRADED and set(v.signals) - _NOT_AMBIGUOUS)
+        or (v.status == Status.OK and low(v))
     ]
 
 
@@ -83,7 +93,8 @@ def escalation(
     """(nodes for the full probe, references) after a triage: the nodes it left ambiguous
     and ``also`` (plan's nodes for the full probe only), then healthy references (closest
     to the triage's peer median), enough for a peer comparison; ([], []) if none."""
-    doubt = [*ambiguous(summary), *(n for n in also if n not in ambiguous(summary))]
+    unsure = ambiguous(summary, policy)
+    doubt = [*unsure, *(n for n in also if n not in unsure)]
     if not doubt:
         return [], []
     want = max(policy.verdict.confirm_references, policy.verdict.min_peers - len(doubt), 1)
