@@ -26,7 +26,9 @@ History mode: each scenario gets its own store, taught by two healthy screens fi
 Per scenario, mode and node: how often the verdict came out as expected, and each verdict's
 margin to the deciding thresholds (read / peer median against `min_peer_drop`, robust z
 against `-z_threshold`). Writes bench/results/repeatability.json and prints the table.
-``--ramp/--runtime`` screen with another recipe (the prolog triage's: 0.25 s + 0.5 s).
+``--ramp/--runtime`` screen with another recipe (the prolog triage's: 0.25 s + 0.5 s);
+``--prolog`` screens with `screener prolog` and [prolog] triage on (a dry run): the triage,
+then the full probe (this recipe) of what it left ambiguous, each node's last verdict.
 
     .venv/bin/python bench/repeatability.py [--repeat 5] [--scenarios a,b] [--out F]
 """
@@ -111,6 +113,52 @@ def screen(cluster: ClusterHandle, cfg: Path, count: int = NODES) -> dict[str, A
     return doc
 
 
+PROLOG_JOBS = iter(range(5000, 1_000_000))
+
+
+def prolog(cluster: ClusterHandle, cfg: Path, count: int = NODES) -> dict[str, Any]:
+    """``--prolog``: `screener prolog` as slurmctld runs it (a dry run: decided and recorded,
+    nobody drained), every node probed (fresh_s = 0); each node's verdict is its last of
+    the job (the escalated full probe's, if the triage left it ambiguous), as `screen
+    --json` would print it."""
+    from screener.policy import load_policy
+    from screener.store import open_store
+
+    job = next(PROLOG_JOBS)
+    nodes = cluster.nodes[:count]
+    env = {
+        **cluster.env(),
+        "SCREENER_CONFIG": str(cfg),
+        "SLURM_JOB_ID": str(job),
+        "SLURM_JOB_NODELIST": ",".join(nodes),
+        "SLURM_JOB_PARTITION": "debug",
+        "SLURM_JOB_NAME": "bench",
+        "SLURM_JOB_COMMENT": "screener=on",
+    }
+    res = subprocess.run(
+        [str(SCREENER), "prolog"], env=env, capture_output=True, text=True, timeout=900
+    )
+    if res.returncode != 0 or "fail open" in res.stderr:
+        raise RuntimeError(f"prolog exited {res.returncode}: {res.stderr[-2000:]}")
+    url = load_policy(cfg).store.url
+    last: dict[str, Any] = {}
+    with open_store(url) as store:
+        runs = [r for r in store.latest_runs(20) if r.job_id == str(job)]
+        for r in reversed(runs):  # oldest first: the escalation's verdict wins
+            for v in store.run_verdicts(r.id):
+                last[v.node] = {
+                    "node": v.node,
+                    "status": v.status.value,
+                    "read_mb_s": v.read_mb_s,
+                    "write_mb_s": v.write_mb_s,
+                    "peer_read_mb_s": v.peer_read_mb_s,
+                    "z_read": v.z_read,
+                    "reason": v.reason,
+                    "escalated": len(runs) > 1 and r.id == runs[0].id,
+                }
+    return {"nodes": [last[n] for n in nodes if n in last]}
+
+
 @contextmanager
 def faults(
     cluster: ClusterHandle, spec: dict[int, float | str], median: float, wmedian: float
@@ -172,6 +220,11 @@ def main() -> int:
         help=f"probe runtime_s (default {PROBE['runtime_s']}; the prolog triage's: 0.5 s, "
         "with --ramp 0.25)",
     )
+    ap.add_argument(
+        "--prolog",
+        action="store_true",
+        help="screen with `screener prolog` and [prolog] triage on (a dry run), not `screen`",
+    )
     args = ap.parse_args()
     probe = dict(PROBE)
     if args.ramp is not None:
@@ -196,10 +249,17 @@ def main() -> int:
 
             def config(db: str) -> Path:
                 cfg = Path(tmp) / f"screener-{next(counter)}.toml"
-                write_config(cfg, cluster, db, Path(tmp) / "log", probe=probe)
+                extra: dict[str, Any] = {}
+                if args.prolog:
+                    extra = {
+                        "prolog": {"triage": True, "fresh_s": 0.0, "iostat": False},
+                        "slurm": {"dry_run": True},
+                    }
+                write_config(cfg, cluster, db, Path(tmp) / "log", probe=probe, **extra)
                 return cfg
 
-            calib = screen(cluster, config(f"sqlite:///{tmp}/calib.db"))
+            run = prolog if args.prolog else screen
+            calib = run(cluster, config(f"sqlite:///{tmp}/calib.db"))
             median = statistics.median(n["read_mb_s"] for n in calib["nodes"]) * 1e6
             wmedian = statistics.median(n["write_mb_s"] for n in calib["nodes"]) * 1e6
             print(
@@ -216,10 +276,10 @@ def main() -> int:
                 history_db = f"sqlite:///{tmp}/history-{name}.db"
                 if not args.shared_history:
                     for _ in range(2):
-                        screen(cluster, config(history_db), count)
+                        run(cluster, config(history_db), count)
                 elif name == chosen[0]:
                     for _ in range(2):
-                        screen(cluster, config(f"sqlite:///{tmp}/history.db"))
+                        run(cluster, config(f"sqlite:///{tmp}/history.db"))
                 if args.shared_history:
                     history_db = f"sqlite:///{tmp}/history.db"
                 for mode in ("fresh", "history"):
@@ -229,7 +289,7 @@ def main() -> int:
                         key = (name, mode, rep)
                         with faults(cluster, spec, median, wmedian):
                             t0 = time.monotonic()
-                            doc = screen(cluster, cfg, count)
+                            doc = run(cluster, cfg, count)
                             wall = round(time.monotonic() - t0, 1)
                         for v in doc["nodes"]:
                             i = cluster.nodes.index(v["node"])
@@ -246,6 +306,7 @@ def main() -> int:
                                     **margins(v, vp.z_threshold, vp.min_peer_drop),
                                     "reason": v.get("reason", "")[:300],
                                     "screen_wall_s": wall,
+                                    "escalated": v.get("escalated", False),
                                 }
                             )
                         this = [r for r in rows if (r["scenario"], r["mode"], r["rep"]) == key]
@@ -263,6 +324,7 @@ def main() -> int:
         "cores": os.cpu_count(),
         "nodes": NODES,
         "probe": probe,
+        "via": "screener prolog, [prolog] triage on, dry run" if args.prolog else "screener screen",
         "repeat": args.repeat,
         "history_store": "shared, in scenario order" if args.shared_history else "per scenario",
         "healthy_median_mb_s": {"read": round(median / 1e6), "write": round(wmedian / 1e6)},
