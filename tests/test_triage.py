@@ -98,3 +98,14 @@ def test_an_ok_node_reading_below_the_borderline_is_ambiguous() -> None:
     assert ambiguous(summary, ON) == ["node01"]
     doubt, refs = escalation(summary, ON)
     assert doubt == ["node01"] and len(refs) == 3 and "node01" not in refs
+
+
+def test_a_suspect_whose_short_reprobe_passed_is_ambiguous() -> None:
+    """A stalling node passes a 0.5 s re-probe now and then: "transient" in a triage is not
+    a clean bill of health, the full probe decides; a confirmed SLOW stays decided."""
+    summary = evaluate(fleet(), {}, POLICY)  # all OK after round 2
+    assert escalation(summary, ON)[0] == []
+    doubt, refs = escalation(summary, ON, reprobed=("node03",))
+    assert doubt == ["node03"] and "node03" not in refs and len(refs) == 3
+    slow = evaluate(fleet(read=150), {}, POLICY)
+    assert escalation(slow, ON, reprobed=("node01",)) == ([], [])

@@ -216,7 +216,7 @@ def _screen_job(
             code = _act(policy, job, client, records, result, log, left)
             outcome.append(code)
             if code == 0 and triage and records is not None and not result.store_error:
-                doubt, refs = escalation(result.summary, policy, held)
+                doubt, refs = escalation(result.summary, policy, held, result.reprobed)
                 if doubt:
                     more.append((doubt, refs))
             if code == 0 and not more and pp.iostat:

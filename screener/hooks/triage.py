@@ -66,14 +66,17 @@ def plan(
     return tri, doubt, named if doubt else ""
 
 
-def ambiguous(summary: RunSummary, policy: Policy) -> list[str]:
+def ambiguous(summary: RunSummary, policy: Policy, reprobed: Sequence[str] = ()) -> list[str]:
     """Nodes the triage left undecided: DEGRADED on a figure between healthy and slow (a
     close call, a borderline re-probe), and OK nodes reading below ``borderline_level``
     (0.71) x the peer median: a short probe's peer spread can hide a real gap (two nodes
     at 0.43x of the healthy level passed 5 of 6 triages as OK at 0.52-0.62x; the lowest
     healthy node in 294 triage verdicts read 0.72x: bench/results/repeatability_triage.json).
-    Confirmed SLOW is decided; UNKNOWN (an error, a shared cause) is not made clearer by
-    more I/O; a lone stall mode stays DEGRADED (never drained, probed again next time)."""
+    And a suspect whose re-probe passed (``reprobed``, now OK: "transient"): a node that
+    stalls now and then passes a 0.5 s re-probe (3 of 6 stalling nodes did, in the prolog
+    matrix: bench/results/repeatability_prolog_triage.json). Confirmed SLOW is decided;
+    UNKNOWN (an error, a shared cause) is not made clearer by more I/O; a lone stall mode
+    stays DEGRADED (never drained, probed again next time)."""
     level = borderline_level(policy.verdict)
 
     def low(v: Verdict) -> bool:
@@ -83,17 +86,21 @@ def ambiguous(summary: RunSummary, policy: Policy) -> list[str]:
         v.node
         for v in summary.verdicts
         if (v.status == Status.DEGRADED and set(v.signals) - _NOT_AMBIGUOUS)
-        or (v.status == Status.OK and low(v))
+        or (v.status == Status.OK and (low(v) or v.node in reprobed))
     ]
 
 
 def escalation(
-    summary: RunSummary, policy: Policy, also: Sequence[str] = ()
+    summary: RunSummary,
+    policy: Policy,
+    also: Sequence[str] = (),
+    reprobed: Sequence[str] = (),
 ) -> tuple[list[str], list[str]]:
     """(nodes for the full probe, references) after a triage: the nodes it left ambiguous
-    and ``also`` (plan's nodes for the full probe only), then healthy references (closest
-    to the triage's peer median), enough for a peer comparison; ([], []) if none."""
-    unsure = ambiguous(summary, policy)
+    (``reprobed``: its suspects) and ``also`` (plan's nodes for the full probe only), then
+    healthy references (closest to the triage's peer median), enough for a peer
+    comparison; ([], []) if none."""
+    unsure = ambiguous(summary, policy, reprobed)
     doubt = [*unsure, *(n for n in also if n not in unsure)]
     if not doubt:
         return [], []
