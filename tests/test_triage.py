@@ -51,7 +51,7 @@ def test_a_close_call_is_ambiguous_and_escalated_beside_references() -> None:
     summary = evaluate(fleet(read=2000), {}, POLICY)  # node01 at 0.6x: a close call
     assert ambiguous(summary, ON) == ["node01"]
     doubt, refs = escalation(summary, ON)
-    assert doubt == ["node01"] and len(refs) == 3 and "node01" not in refs
+    assert doubt == ["node01"] and len(refs) == 4 and "node01" not in refs  # min_peers
     # references are the healthy nodes closest to the peer median
     z = {v.node: abs(v.z_read or 0.0) for v in summary.verdicts}
     assert max(z[n] for n in refs) <= min(z[n] for n in NODES[1:] if n not in refs)
@@ -76,7 +76,7 @@ def test_facts_errors_and_a_lone_stall_mode_are_not_ambiguous() -> None:
     assert ambiguous(RunSummary(verdicts=(facts, down, stall, *ok, close)), ON) == ["node09"]
     # plan's held-back node is escalated; references are the triage's OK nodes
     doubt, refs = escalation(summary, ON, ["node10"])
-    assert doubt == ["node10"] and refs == ["node04", "node05", "node06"]
+    assert doubt == ["node10"] and refs == ["node04", "node05", "node06", "node07"]
     assert escalation(evaluate(fleet(), {}, POLICY), ON, ["node09"])[0] == ["node09"]
 
 
@@ -97,7 +97,7 @@ def test_an_ok_node_reading_below_the_borderline_is_ambiguous() -> None:
     summary = RunSummary(verdicts=(low, par, *ok))
     assert ambiguous(summary, ON) == ["node01"]
     doubt, refs = escalation(summary, ON)
-    assert doubt == ["node01"] and len(refs) == 3 and "node01" not in refs
+    assert doubt == ["node01"] and len(refs) == 4 and "node01" not in refs
 
 
 def test_a_suspect_whose_short_reprobe_passed_is_ambiguous() -> None:
@@ -106,6 +106,17 @@ def test_a_suspect_whose_short_reprobe_passed_is_ambiguous() -> None:
     summary = evaluate(fleet(), {}, POLICY)  # all OK after round 2
     assert escalation(summary, ON)[0] == []
     doubt, refs = escalation(summary, ON, reprobed=("node03",))
-    assert doubt == ["node03"] and "node03" not in refs and len(refs) == 3
+    assert doubt == ["node03"] and "node03" not in refs and len(refs) == 4  # min_peers
     slow = evaluate(fleet(read=150), {}, POLICY)
     assert escalation(slow, ON, reprobed=("node01",)) == ([], [])
+
+
+def test_the_doubtful_stay_under_a_third_of_the_full_probe() -> None:
+    """Two nodes at 0.43x beside three references masked each other (issue 24's pair):
+    the references are at least twice the doubtful plus one, never the doubtful."""
+    nodes = [Verdict(f"node{i:02d}", Status.OK, "fine", baseline=True) for i in range(1, 11)]
+    summary = RunSummary(verdicts=tuple(nodes))
+    doubt, refs = escalation(summary, ON, reprobed=("node01", "node02"))
+    assert doubt == ["node01", "node02"] and len(refs) == 5 and not set(refs) & set(doubt)
+    doubt, refs = escalation(summary, ON, also=("node10",))
+    assert doubt == ["node10"] and len(refs) == 4 and "node10" not in refs

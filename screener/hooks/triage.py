@@ -98,14 +98,18 @@ def escalation(
 ) -> tuple[list[str], list[str]]:
     """(nodes for the full probe, references) after a triage: the nodes it left ambiguous
     (``reprobed``: its suspects) and ``also`` (plan's nodes for the full probe only), then
-    healthy references (closest to the triage's peer median), enough for a peer
-    comparison; ([], []) if none."""
+    healthy references (closest to the triage's peer median): at least
+    ``confirm_references`` and ``min_peers``, and twice the doubtful plus one, so that the
+    doubtful are under a third of the screen (two nodes at 0.43x beside three references
+    widened the peer spread until both passed); ([], []) if none."""
     unsure = ambiguous(summary, policy, reprobed)
     doubt = [*unsure, *(n for n in also if n not in unsure)]
     if not doubt:
         return [], []
-    want = max(policy.verdict.confirm_references, policy.verdict.min_peers - len(doubt), 1)
-    return doubt, [n for n in references(summary, want) if n not in doubt]
+    vp = policy.verdict
+    want = max(vp.confirm_references, vp.min_peers, 2 * len(doubt) + 1)
+    refs = [n for n in references(summary, want + len(doubt)) if n not in doubt]
+    return doubt, refs[:want]
 
 
 def full_probe_fits(policy: Policy, left_s: float) -> bool:
