@@ -278,7 +278,7 @@ def test_triage_drains_a_clear_slow_reader_on_the_short_probe(site: dict[str, An
 
 
 def test_triage_sends_a_close_call_to_the_full_probe(site: dict[str, Any]) -> None:
-    """A node at ~0.55x of its paced peers is a close call on the short probe: the prolog
+    """A node at ~0.6x of its paced peers is a close call on the short probe: the prolog
     probes it again with the full recipe beside three healthy references, which decides
     (DEGRADED, or OK if its re-probe passes; never drained): the job starts where it was
     placed. (The throttle also gives the node a latency tail, a real finding that drains
@@ -289,7 +289,7 @@ def test_triage_sends_a_close_call_to_the_full_probe(site: dict[str, Any]) -> No
     write_config(site["config"], cluster, site["db"], site["log"], prolog=prolog, verdict=tails)
     pace_devices(cluster, cluster.nodes)
     node = cluster.nodes[0]
-    cluster.inject(node, "slow_read", "165M")  # 0.55x the 300 MB/s pace
+    cluster.inject(node, "slow_read", "172M")  # ~0.6x the 300 MB/s pace: mid close-call band
     job_id = _hosts_job(site, 4, "--comment", "screener=on")
     job = wait_job(cluster, job_id)
     log = site["log"].read_text()
