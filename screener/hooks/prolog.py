@@ -167,7 +167,7 @@ def _screen_job(
     from screener import app
     from screener.hooks.triage import escalation, plan, triage_policy
     from screener.probe.fio import recipe_fingerprint
-    from screener.probe_data import Trigger
+    from screener.probe_data import Status, Trigger
     from screener.store.slurm_records import SlurmRecords
 
     pp = policy.prolog
@@ -183,7 +183,7 @@ def _screen_job(
         now = datetime.now(UTC)
         finish_pending(client, records, now, log, nodes=job.nodes)  # a killed run's drains
         latest = records.latest_verdicts(job.nodes)
-        last = {n: at for n, (st, at) in latest.items() if st == "OK"}
+        last = {n: at for n, (st, at) in latest.items() if st == Status.OK}  # = last_pass
         if pp.triage:  # what the full probe said last: a triage's own doubt is re-triaged
             short = recipe_fingerprint(triage_policy(policy).probe)
             latest = records.latest_verdicts(job.nodes, exclude_recipe=short)

@@ -17,15 +17,8 @@ from dataclasses import replace
 from screener.policy import Policy
 from screener.probe.fio import policy_jobs, probe_duration_s
 from screener.probe_data import RunSummary, Status, Verdict
-from screener.verdict.confirm import references
+from screener.verdict.confirm import NOT_SUSPECT_TAGS, references
 from screener.verdict.rules import borderline_level
-
-# A DEGRADED node with only these signals is not ambiguous: facts and a read timeout are
-# not figures (the full probe would find the same), and a stall mode in a 0.5 s window is
-# one event (on the emulated cluster a CPU hiccup made one on a healthy node in 2 of 3
-# triages); stalls seconds apart are the full probe's to find (the sweep), after which
-# the node skips the triage (plan) until a full probe passes.
-_NOT_AMBIGUOUS = frozenset({"facts", "read_timeout", "stalls", "shadow:stalls"})
 
 
 def triage_policy(policy: Policy) -> Policy:
@@ -82,10 +75,15 @@ def ambiguous(summary: RunSummary, policy: Policy, reprobed: Sequence[str] = ())
     def low(v: Verdict) -> bool:
         return v.read_mb_s is not None and v.read_mb_s < level * (v.peer_read_mb_s or 0.0)
 
+    # A DEGRADED node with only the signals confirmation does not re-probe either
+    # (NOT_SUSPECT_TAGS: facts, a read timeout, a stall mode) is not ambiguous: facts are not
+    # figures, and a stall mode in a 0.5 s window is one event (on the emulated cluster a CPU
+    # hiccup made one on a healthy node in 2 of 3 triages); stalls seconds apart are the full
+    # probe's to find (the sweep), after which the node skips the triage (plan).
     return [
         v.node
         for v in summary.verdicts
-        if (v.status == Status.DEGRADED and set(v.signals) - _NOT_AMBIGUOUS)
+        if (v.status == Status.DEGRADED and set(v.signals) - NOT_SUSPECT_TAGS)
         or (v.status == Status.OK and (low(v) or v.node in reprobed))
     ]
 
