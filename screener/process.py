@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from screener.errors import CommandTimeout, ConfigError, TransportError
 
@@ -111,6 +112,35 @@ def _kill_group(proc: subprocess.Popen[str]) -> None:
             if pipe is not None:
                 pipe.close()
         proc.wait()
+    # A member closes its pipes early in its exit, before it is a zombie: EOF alone does not
+    # mean the group is gone. Wait (bounded) until no member is still running.
+    deadline = time.monotonic() + REAP_WAIT_S
+    while _group_running(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.005)
+
+
+def _group_running(pgid: int) -> bool:
+    """True if a process of group ``pgid`` is still running (zombies awaiting a reap are not).
+
+    Reads /proc; where there is none, says False rather than wait for nothing.
+    """
+    for entry in _proc_entries():
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:  # exited while we looked, or not ours to read
+            continue
+        fields = stat.rsplit(")", 1)[-1].split()
+        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
+            return True
+    return False
+
+
+def _proc_entries() -> list[Path]:
+    """The /proc directories of live processes (empty where /proc is not mounted)."""
+    try:
+        return [p for p in Path("/proc").iterdir() if p.name.isdigit()]
+    except OSError:
+        return []
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:
