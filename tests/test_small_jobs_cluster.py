@@ -82,15 +82,25 @@ def _events(site: dict[str, Any], action: str) -> set[str]:
         return {e.node for e in store.node_events() if e.action == action}
 
 
-@pytest.mark.parametrize("size", [1, 2])
+@pytest.mark.parametrize(("size", "triage"), [(1, False), (2, False), (1, True)])
 def test_a_small_job_on_a_slow_node_is_requeued_onto_healthy_nodes(
-    site: dict[str, Any], size: int
+    site: dict[str, Any], size: int, triage: bool
 ) -> None:
+    """With [prolog] triage on (issue 22) a 1-node job is too small for a short probe judged
+    beside peers: it gets the full probe, and the slow node is still drained."""
     cluster = site["cluster"]
+    if triage:
+        write_config(
+            site["config"], cluster, site["db"], site["log"],
+            prolog={"fresh_s": 0, "triage": True},
+            slurm={"partition_max_drain_fraction": 0.2, "max_drain_fraction": 0.34},
+        )  # fmt: skip
     slow = cluster.nodes[0]  # select/linear hands out the lowest idle nodes first
     cluster.inject(slow, "slow_read", SLOW)
     job, ran = _finished(site, _submit(site, size))
     log = site["log"].read_text()
+    skipped = f"triage skipped ({size} nodes < verdict.min_peers"
+    assert (skipped in log) == triage and ("triage of" in log) is False, log
     assert job["restart_cnt"] >= 1 and slow not in ran and len(ran) == size, (ran, log)
     assert f"drained {slow}: screener: rd " in log, log
     # the fleet decided, and said so: the allocation fraction (1 of 1, 1 of 2) did not

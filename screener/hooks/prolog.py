@@ -182,11 +182,10 @@ def _screen_job(
 
         now = datetime.now(UTC)
         finish_pending(client, records, now, log, nodes=job.nodes)  # a killed run's drains
-        latest = records.latest_verdicts(job.nodes)
-        last = {n: at for n, (st, at) in latest.items() if st == Status.OK}  # = last_pass
-        if pp.triage:  # what the full probe said last: a triage's own doubt is re-triaged
-            short = recipe_fingerprint(triage_policy(policy).probe)
-            latest = records.latest_verdicts(job.nodes, exclude_recipe=short)
+        # what the full probe said last (with triage on): a triage's own doubt is re-triaged
+        short = recipe_fingerprint(triage_policy(policy).probe) if pp.triage else None
+        every, latest = records.latest_verdicts_apart(job.nodes, short)
+        last = {n: at for n, (st, at) in every.items() if st == Status.OK}  # = last_pass
         statuses = {n: st for n, (st, _) in latest.items()}
         flaky = records.flaky_since(job.nodes, now - timedelta(seconds=pp.flaky_window_s))
         skip, probe = fast_path(job.nodes, last, flaky, now, pp.fresh_s)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 
-from sqlalchemy import insert, or_, select, update
+from sqlalchemy import ColumnElement, ScalarSelect, insert, or_, select, update
 
 from screener.errors import ConfigError
 from screener.hostlist import expand_nodeset
@@ -114,27 +114,63 @@ class SlurmRecords(DrainIntents):
     ) -> dict[str, tuple[str, datetime]]:
         """(status, run start) of each node's latest verdict, not counting verdicts of
         ``exclude_recipe`` (e.g. the prolog's triage); nodes never judged are absent."""
-        out: dict[str, tuple[str, datetime]] = {}
+        every, other = self.latest_verdicts_apart(nodes, exclude_recipe)
+        return every if exclude_recipe is None else other
+
+    def latest_verdicts_apart(
+        self, nodes: Sequence[str], recipe: str | None
+    ) -> tuple[dict[str, tuple[str, datetime]], dict[str, tuple[str, datetime]]]:
+        """Each node's latest verdict of any recipe, and its latest not of ``recipe``.
+
+        Each answer is a newest-first walk of the (node, start, run) index that stops at its
+        first row, so the prolog's read stays short however long a node's history is
+        (bench/prolog_reads.py). Ties on the start go to the later run."""
+        every: dict[str, tuple[str, datetime]] = {}
+        other: dict[str, tuple[str, datetime]] = {}
         if not nodes:
-            return out
-        query = (
-            select(NodeRecord.name, VerdictRecord.status, VerdictRecord.started_at)
-            .join(NodeRecord, NodeRecord.id == VerdictRecord.node_id)
+            return every, other
+
+        def newest(*where: ColumnElement[bool]) -> ScalarSelect[int]:
+            return (
+                select(VerdictRecord.id)
+                .where(VerdictRecord.node_id == NodeRecord.id, *where)
+                .order_by(VerdictRecord.started_at.desc(), VerdictRecord.run_id.desc())
+                .limit(1)
+                .correlate(NodeRecord)
+                .scalar_subquery()
+            )
+
+        not_mine = or_(VerdictRecord.recipe.is_(None), VerdictRecord.recipe != (recipe or ""))
+        ids = (
+            select(
+                NodeRecord.name,
+                newest().label("every"),
+                (newest(not_mine) if recipe is not None else newest()).label("other"),
+            )
             .where(NodeRecord.name.in_(list(nodes)))
+            .subquery()
         )
-        if exclude_recipe is not None:
-            recipe = VerdictRecord.recipe
-            query = query.where(or_(recipe.is_(None), recipe != exclude_recipe))
         with self.store.reading("read the latest verdicts") as conn:
-            rows = conn.execute(
-                query.order_by(
-                    NodeRecord.name, VerdictRecord.started_at.desc(), VerdictRecord.id.desc()
-                )
-            ).all()
-        for r in rows:
-            if r.name not in out:
-                out[r.name] = (r.status, r.started_at)
-        return out
+            pairs = conn.execute(select(ids)).all()
+            wanted = {i for r in pairs for i in (r.every, r.other) if i is not None}
+            found = (
+                {
+                    v.id: (v.status, v.started_at)
+                    for v in conn.execute(
+                        select(
+                            VerdictRecord.id, VerdictRecord.status, VerdictRecord.started_at
+                        ).where(VerdictRecord.id.in_(wanted))
+                    )
+                }
+                if wanted
+                else {}
+            )
+        for r in pairs:
+            if r.every is not None:
+                every[r.name] = found[r.every]
+            if r.other is not None:
+                other[r.name] = found[r.other]
+        return every, other
 
     def record_fast_path(
         self,
