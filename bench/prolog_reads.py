@@ -21,7 +21,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -32,6 +32,7 @@ sys.path.insert(0, str(ROOT))
 from sqlalchemy import create_engine, or_, select, text  # noqa: E402
 from sqlalchemy.engine import make_url  # noqa: E402
 
+from bench.fleet_scale import timed  # noqa: E402
 from screener.probe_data import RunSummary, Status, Trigger, Verdict  # noqa: E402
 from screener.store import Store, bulk, open_store  # noqa: E402
 from screener.store.migrate import upgrade  # noqa: E402
@@ -83,15 +84,6 @@ def fill(store: Store, nodes: list[str], runs: int) -> float:
         bulk.record_verdicts(store, run, RunSummary(verdicts))
         store.finish_run(run, at + timedelta(minutes=1))
     return time.perf_counter() - t
-
-
-def timed(fn: Callable[[], object], repeat: int) -> list[float]:
-    out = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - t)
-    return out
 
 
 def measure(url: str, nodes: int, runs: int, repeat: int) -> dict[str, Any]:
