@@ -12,7 +12,7 @@ Devices are paced at 300 MB/s (tests/hooked_cluster.PACE) so the device, not the
 cores, sets each node's rate. The probe files are laid out once before the first case
 (a site pays that once per node). Writes bench/results/time_to_start.json.
 
-    .venv/bin/python bench/time_to_start.py [--repeat 2] [--modes off,on] [--size-mib 512]
+    .venv/bin/python bench/time_to_start.py [--repeat 2] [--modes off,on,on:1M] [--size-mib 512]
 """
 
 from __future__ import annotations
@@ -53,14 +53,20 @@ PROBE: dict[str, float] = {"size_mib": 512, "runtime_s": 3.0, "ramp_s": 1.0}
 WALL_RE = re.compile(r"job (\d+): may start \(([0-9.]+)s\)")
 
 
-def config(cluster: ClusterHandle, cfg: Path, db: str, log: Path, triage: bool) -> None:
+def config(
+    cluster: ClusterHandle, cfg: Path, db: str, log: Path, triage: bool, seq_bs: str | None = None
+) -> None:
+    """The bench's policy; ``seq_bs`` sets [prolog] triage_seq_bs (None: its default)."""
+    prolog: dict[str, Any] = {"triage": triage, "budget_s": 120.0}
+    if seq_bs is not None:
+        prolog["triage_seq_bs"] = seq_bs
     write_config(
         cfg,
         cluster,
         db,
         log,
         probe=PROBE,
-        prolog={"triage": triage, "budget_s": 120.0},
+        prolog=prolog,
         transport={"command_timeout_s": 120.0},
     )
 
@@ -76,15 +82,17 @@ def script(out: Path) -> Path:
 
 
 def case(
-    cluster: ClusterHandle, d: Path, name: str, triage: bool, rep: int, slow: bool
+    cluster: ClusterHandle, d: Path, name: str, mode: str, rep: int, slow: bool
 ) -> dict[str, Any]:
-    """One screened job: submit -> start, prolog walls, where it ran."""
-    tag = f"{name}-{'on' if triage else 'off'}-{rep}"
+    """One screened job: submit -> start, prolog walls, where it ran. ``mode``: off, on, or
+    on:BS (triage with [prolog] triage_seq_bs = BS)."""
+    triage, _, seq_bs = mode.partition(":")
+    tag = f"{name}-{mode.replace(':', '-')}-{rep}"
     out = d / tag
     out.mkdir()
     cfg = d / "screener.toml"
     log = out / "prolog.log"
-    config(cluster, cfg, f"sqlite:///{out}/screener.db", log, triage)
+    config(cluster, cfg, f"sqlite:///{out}/screener.db", log, triage == "on", seq_bs or None)
     cluster.reset()
     pace_devices(cluster, list(cluster.nodes))
     if slow:
@@ -97,7 +105,7 @@ def case(
     walls = [float(w) for j, w in WALL_RE.findall(text) if j == job_id]
     row = {
         "case": name,
-        "triage": triage,
+        "triage": mode,
         "rep": rep,
         "job": job_id,
         "state": job["job_state"],
@@ -120,11 +128,17 @@ def case(
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=2)
-    ap.add_argument("--modes", default="off,on", help="triage modes to run: off,on")
+    ap.add_argument(
+        "--modes",
+        default="off,on",
+        help="triage modes to run: off, on, on:BS (triage_seq_bs = BS, e.g. on:1M)",
+    )
     ap.add_argument("--size-mib", type=int, default=PROBE["size_mib"], help="probe region")
     args = ap.parse_args()
     PROBE["size_mib"] = args.size_mib
-    modes = [m == "on" for m in args.modes.split(",") if m]
+    modes = [m for m in args.modes.split(",") if m]
+    if any(m.partition(":")[0] not in ("off", "on") for m in modes):
+        raise SystemExit(f"--modes: off, on or on:BS, not {args.modes!r}")
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
         d = Path(tmp)
@@ -144,14 +158,14 @@ def main() -> int:
             if statuses != {"OK"}:  # a recipe the nodes cannot run would measure nothing
                 raise SystemExit(f"the layout screen did not pass: {res.stdout[-1500:]}")
             for rep in range(args.repeat):
-                for triage in modes:
+                for mode in modes:
                     for name, slow in (("healthy", False), ("slow", True)):
-                        rows.append(case(cluster, d, name, triage, rep, slow))
+                        rows.append(case(cluster, d, name, mode, rep, slow))
     summary: dict[str, Any] = {}
     for name in ("healthy", "slow"):
-        for triage in modes:
-            got = [r for r in rows if r["case"] == name and r["triage"] == triage]
-            key = f"{name}_triage_{'on' if triage else 'off'}"
+        for mode in modes:
+            got = [r for r in rows if r["case"] == name and r["triage"] == mode]
+            key = f"{name}_triage_{mode.replace(':', '_')}"
             starts = [r["submit_to_start_s"] for r in got]
             summary[key] = {
                 "submit_to_start_s_median": statistics.median(starts),
@@ -169,7 +183,8 @@ def main() -> int:
         "cluster_nodes": NODES,
         "allocation": ALLOC,
         "probe": PROBE,
-        "triage": "0.25 s ramp + 0.5 s per fio job ([prolog] defaults)",
+        "triage": "0.25 s ramp + 0.5 s per fio job ([prolog] defaults); on = triage_seq_bs"
+        " default, on:BS = that block size",
         "devices_paced": PACE,
         "slow_node": f"node01 read at {SLOW}B/s",
         "summary": summary,

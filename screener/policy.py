@@ -145,6 +145,10 @@ class PrologPolicy:
     triage: bool = False
     triage_runtime_s: float = 0.5
     triage_ramp_s: float = 0.25
+    # The triage's sequential block size ("" = probe.seq_bs). 256k x QD32 keeps 8 MiB in
+    # flight, which a slow reader drains 4x sooner than 1M (4 s less per slow-node prolog
+    # here), but it missed close pairs on the emulated fleet: docs/performance.md.
+    triage_seq_bs: str = ""
     fail_closed: bool = False  # on an internal error: False = let the job run, True = requeue
     release_requeued: bool = True  # after a drain, make the requeued job eligible at once
     iostat: bool = True  # start in-job iostat on the screened nodes (stopped by the epilog)
@@ -422,6 +426,10 @@ def validate(p: Policy) -> Policy:
         (bad_target is None, f"probe.target {bad_target}"),
         (bool(_BS_RE.fullmatch(pp.seq_bs)), "probe.seq_bs must be a block size like 1M or 4k"),
         (bool(_BS_RE.fullmatch(pp.rand_bs)), "probe.rand_bs must be a block size like 4k"),
+        (
+            not p.prolog.triage_seq_bs or bool(_BS_RE.fullmatch(p.prolog.triage_seq_bs)),
+            "prolog.triage_seq_bs must be empty (probe.seq_bs) or a block size like 256k",
+        ),
         (bool(p.store.url), "store.url must not be empty"),
         (p.store.spool_dir.startswith("/"), "store.spool_dir must be an absolute path"),
         (not _unknown_rules(p.verdict.shadow), _unknown_rules(p.verdict.shadow)),

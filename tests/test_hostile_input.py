@@ -151,6 +151,7 @@ def test_local_screen_on_a_colon_target_writes_inside_it(tmp_path: Path) -> None
         ("[probe]\niostat_interval_s = -2\n", "probe.iostat_interval_s"),
         ('[probe]\nseq_bs = "banana"\n', "probe.seq_bs"),
         ('[probe]\nrand_bs = "4k;x"\n', "probe.rand_bs"),
+        ('[prolog]\ntriage_seq_bs = "256k;x"\n', "prolog.triage_seq_bs"),
         ("[probe]\nruntime_s = 1e300\n", "probe.runtime_s"),
         ("[probe]\nruntime_s = nan\n", "probe.runtime_s"),
         ("[probe]\nramp_s = inf\n", "probe.ramp_s"),

@@ -18,6 +18,10 @@ NODES = [f"node{i:02d}" for i in range(1, 9)]
 def test_triage_policy_is_short_and_its_own_recipe() -> None:
     short = triage_policy(ON)
     assert short.probe.ramp_s == 0.25 and short.probe.runtime_s == 0.5
+    assert short.probe.seq_bs == ON.probe.seq_bs  # the full probe's blocks unless set
+    quarter = replace(ON, prolog=replace(ON.prolog, triage_seq_bs="256k"))
+    assert triage_policy(quarter).probe.seq_bs == "256k"
+    assert recipe_fingerprint(triage_policy(quarter).probe) != recipe_fingerprint(short.probe)
     assert probe_duration_s(short.probe) == 2.25  # 3 fio jobs x 0.75 s, not 3 x 4 s
     assert recipe_fingerprint(short.probe) != recipe_fingerprint(ON.probe)  # own history
     assert replace(short, probe=ON.probe) == ON  # nothing else changes

@@ -23,9 +23,15 @@ from screener.verdict.rules import borderline_level
 
 def triage_policy(policy: Policy) -> Policy:
     """The policy of a triage screen: every fio job, shortened to the triage's ramp and
-    runtime (a recipe of its own: history compares triage with triage)."""
+    runtime, sequential jobs in ``triage_seq_bs`` blocks if set (a recipe of its own: history
+    compares triage with triage)."""
     pp = policy.prolog
-    probe = replace(policy.probe, ramp_s=pp.triage_ramp_s, runtime_s=pp.triage_runtime_s)
+    probe = replace(
+        policy.probe,
+        ramp_s=pp.triage_ramp_s,
+        runtime_s=pp.triage_runtime_s,
+        seq_bs=pp.triage_seq_bs or policy.probe.seq_bs,
+    )
     return replace(policy, probe=probe)
 
 
