@@ -65,6 +65,8 @@ def test_pyslurm_state_strings_become_the_cli_flag_sets() -> None:
     assert node_states("IDLE+DRAIN") == {"IDLE", "DRAIN"}
     assert node_states("MIXED+DRAIN") == {"MIXED", "DRAIN"}
     assert node_states("DOWN*+NOT_RESPONDING") == {"DOWN", "NOT_RESPONDING"}
+    # a state of suffix characters only is no state (the fuzzer's "%": not an empty string)
+    assert node_states("%+DRAIN") == {"DRAIN"} and node_states("*") == frozenset()
     assert node_states("") == frozenset()
 
 

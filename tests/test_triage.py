@@ -124,3 +124,15 @@ def test_the_doubtful_stay_under_a_third_of_the_full_probe() -> None:
     assert doubt == ["node01", "node02"] and len(refs) == 5 and not set(refs) & set(doubt)
     doubt, refs = escalation(summary, ON, also=("node10",))
     assert doubt == ["node10"] and len(refs) == 4 and "node10" not in refs
+
+
+def test_held_nodes_are_triaged_when_the_budget_cannot_hold_their_full_probe() -> None:
+    """A node not OK lately would wait for the full probe after the triage; when the budget
+    left cannot hold both (triage 2 x 2.25 s x 1.5, full 36 s), it gets the triage rather
+    than joining the job unprobed."""
+    statuses = {"node03": "DEGRADED"}
+    tri, held, _ = plan(NODES, 8, statuses, set(), ON, left_s=42.75)
+    assert "node03" in held and "node03" not in tri
+    tri, held, why = plan(NODES, 8, statuses, set(), ON, left_s=42.7)
+    assert tri == NODES and held == [] and "no budget for a full probe" in why
+    assert plan(NODES, 8, {}, set(), ON, left_s=1.0) == (NODES, [], "")  # nobody held back

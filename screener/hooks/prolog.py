@@ -236,11 +236,14 @@ def _screen_job(
         return more[0] if more else ([], [])
 
     if probe:
-        tri, held, why = plan(probe, len(job.nodes), statuses, flaky, policy)
+        left = pp.budget_s - (time.monotonic() - t0) - DECIDE_RESERVE_S
+        tri, held, why = plan(probe, len(job.nodes), statuses, flaky, policy, left)
         if pp.triage and not tri:
             log(f"triage skipped ({why}): full probe")
         elif tri and held:
             log(f"triage of {fold_nodes(tri)}; {why}: full probe after it")
+        elif tri and why:
+            log(f"triage of {fold_nodes(tri)}; {why}")
         doubt, refs = run(tri, triage_policy(policy), "triage") if tri else run(probe, policy, "")
         if doubt and max(outcome, default=0) == 0:
             _escalate(doubt, refs, policy, job, log, t0, run)

@@ -41,6 +41,7 @@ def plan(
     latest: Mapping[str, str],
     flaky: Set[str],
     policy: Policy,
+    left_s: float | None = None,
 ) -> tuple[list[str], list[str], str]:
     """(nodes to triage, nodes for the full probe only, why) over ``nodes``, those the
     prolog must probe. The full probe is for allocations of fewer than ``min_peers`` nodes
@@ -50,7 +51,9 @@ def plan(
     recent slow episode (``flaky``): they have shown an ambiguity a short probe could miss
     (stalls seconds apart). Those join the triage's escalation, beside its references;
     when fewer than ``min_peers`` nodes would be triaged, every node gets the full probe
-    at once (one screen instead of two)."""
+    at once (one screen instead of two). When ``left_s`` (the budget left) cannot hold the
+    triage and then their full probe, they are triaged with the others: a short probe
+    beats joining the job unprobed."""
     if not policy.prolog.triage:
         return [], list(nodes), "triage off"
     if allocated < policy.verdict.min_peers:
@@ -62,7 +65,16 @@ def plan(
     tri = [n for n in nodes if n not in doubt]
     if doubt and len(tri) < policy.verdict.min_peers:
         return [], list(nodes), named
+    if doubt and left_s is not None and not full_probe_fits(policy, left_s - triage_cost(policy)):
+        return list(nodes), [], f"{named}, no budget for a full probe after the triage: triaged"
     return tri, doubt, named if doubt else ""
+
+
+def triage_cost(policy: Policy) -> float:
+    """Seconds of budget a triage is counted at: full_probe_fits's margin over its rounds."""
+    short = triage_policy(policy).probe
+    rounds = 2 if policy.verdict.confirm else 1
+    return 1.5 * rounds * probe_duration_s(short, policy_jobs(short))
 
 
 def ambiguous(summary: RunSummary, policy: Policy, reprobed: Sequence[str] = ()) -> list[str]:

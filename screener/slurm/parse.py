@@ -94,7 +94,8 @@ def node_states(state: Any, flags: Any) -> frozenset[str]:
     """Base state plus flags, upper case: "idle"+["DRAIN"] and ["IDLE","DRAIN"] agree."""
     items = list(state) if isinstance(state, list) else [state]
     items += flags if isinstance(flags, list) else []
-    return frozenset(_text(s).upper().rstrip(_STATE_SUFFIXES) for s in items if _text(s))
+    states = (_text(s).upper().rstrip(_STATE_SUFFIXES) for s in items)
+    return frozenset(s for s in states if s)  # "%" alone is a suffix of nothing: no state
 
 
 def _partitions(value: Any, what: str) -> tuple[str, ...]:
