@@ -71,10 +71,15 @@ def plan(
 
 
 def triage_cost(policy: Policy) -> float:
-    """Seconds of budget a triage is counted at: full_probe_fits's margin over its rounds."""
-    short = triage_policy(policy).probe
+    """Seconds of budget a triage is counted at (the same margin as the full probe's)."""
+    return _budgeted_s(triage_policy(policy))
+
+
+def _budgeted_s(policy: Policy) -> float:
+    """Both rounds of ``policy``'s probe when confirming, with half as much again for SSH,
+    layout and a loaded node."""
     rounds = 2 if policy.verdict.confirm else 1
-    return 1.5 * rounds * probe_duration_s(short, policy_jobs(short))
+    return 1.5 * rounds * probe_duration_s(policy.probe, policy_jobs(policy.probe))
 
 
 def ambiguous(summary: RunSummary, policy: Policy, reprobed: Sequence[str] = ()) -> list[str]:
@@ -132,5 +137,4 @@ def full_probe_fits(policy: Policy, left_s: float) -> bool:
     """Whether ``left_s`` seconds of the prolog's budget hold the full probe of an
     escalation: both rounds when confirming, with half as much again for SSH, layout and
     a loaded node (the screen's deadline still ends it in time: late nodes are UNKNOWN)."""
-    rounds = 2 if policy.verdict.confirm else 1
-    return left_s >= 1.5 * rounds * probe_duration_s(policy.probe, policy_jobs(policy.probe))
+    return left_s >= _budgeted_s(policy)

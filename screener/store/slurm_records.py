@@ -140,36 +140,28 @@ class SlurmRecords(DrainIntents):
                 .scalar_subquery()
             )
 
-        not_mine = or_(VerdictRecord.recipe.is_(None), VerdictRecord.recipe != (recipe or ""))
-        ids = (
-            select(
-                NodeRecord.name,
-                newest().label("every"),
-                (newest(not_mine) if recipe is not None else newest()).label("other"),
-            )
-            .where(NodeRecord.name.in_(list(nodes)))
-            .subquery()
-        )
+        columns = [NodeRecord.name, newest().label("every")]
+        if recipe is not None:  # else the second answer is the first: not asked twice
+            not_mine = or_(VerdictRecord.recipe.is_(None), VerdictRecord.recipe != recipe)
+            columns.append(newest(not_mine).label("other"))
+        query = select(*columns).where(NodeRecord.name.in_(list(nodes)))
+        found: dict[int, tuple[str, datetime]] = {}
         with self.store.reading("read the latest verdicts") as conn:
-            pairs = conn.execute(select(ids)).all()
-            wanted = {i for r in pairs for i in (r.every, r.other) if i is not None}
-            found = (
-                {
-                    v.id: (v.status, v.started_at)
-                    for v in conn.execute(
-                        select(
-                            VerdictRecord.id, VerdictRecord.status, VerdictRecord.started_at
-                        ).where(VerdictRecord.id.in_(wanted))
+            pairs = conn.execute(query).all()
+            wanted = {i for r in pairs for i in r[1:] if i is not None}
+            if wanted:
+                rows = conn.execute(
+                    select(VerdictRecord.id, VerdictRecord.status, VerdictRecord.started_at).where(
+                        VerdictRecord.id.in_(wanted)
                     )
-                }
-                if wanted
-                else {}
-            )
+                )
+                found = {v.id: (v.status, v.started_at) for v in rows}
         for r in pairs:
             if r.every is not None:
                 every[r.name] = found[r.every]
-            if r.other is not None:
-                other[r.name] = found[r.other]
+            latest_other = r.other if recipe is not None else r.every
+            if latest_other is not None:
+                other[r.name] = found[latest_other]
         return every, other
 
     def record_fast_path(
