@@ -259,7 +259,8 @@ def main() -> int:
                 return cfg
 
             run = prolog if args.prolog else screen
-            calib = run(cluster, config(f"sqlite:///{tmp}/calib.db"))
+            # calibrated by `screen` (every job): the prolog's triage writes nothing
+            calib = screen(cluster, config(f"sqlite:///{tmp}/calib.db"))
             median = statistics.median(n["read_mb_s"] for n in calib["nodes"]) * 1e6
             wmedian = statistics.median(n["write_mb_s"] for n in calib["nodes"]) * 1e6
             print(

@@ -184,6 +184,8 @@ async def probe_node(transport: Transport, node: str, policy: Policy) -> NodePro
                 _ok(fio_res, "fio")  # no JSON at all: fio's stderr says why
             raise
         _ok(fio_res, "fio")
+        if missing := [j for j in jobs if run.job(j) is None]:
+            raise ProbeError(node, f"fio output lacks job {missing[0]!r}")
         return NodeProbe(
             node=node,
             seq_write=run.job("seq_write"),

@@ -33,6 +33,9 @@ class ProbePolicy:
     seq_bs: str = "1M"
     rand_bs: str = "4k"
     rand_read: bool = True  # run the 4 KiB random-read job too
+    # Run the sequential write job (first). Off = a read-only probe: the write rules and the
+    # write/read ratio have nothing to judge (the prolog's triage, [prolog] triage_write).
+    seq_write: bool = True
     min_free_mib: int = 64  # headroom kept free beyond size_mib
     # The one-off layout write must finish at this rate (MB/s) or the node is UNKNOWN;
     # its timeout is command_timeout_s + size / this. A writer that slow is a finding too.
@@ -139,9 +142,10 @@ class PrologPolicy:
     sentinel: bool = True
     sentinel_s: float = 0.1
     sentinel_drop: float = 0.5
-    # Triage (issue 22): nodes to probe first get a short probe of every fio job (this
-    # ramp + runtime each); only the nodes it leaves ambiguous, and nodes whose latest
-    # verdict was not OK, get the full [probe]. Allocations below verdict.min_peers do not.
+    # Triage (issue 22): nodes to probe first get a short probe of the read jobs (this
+    # ramp + runtime each; the write too with triage_write); only the nodes it leaves
+    # ambiguous, and nodes whose latest verdict was not OK, get the full [probe].
+    # Allocations below verdict.min_peers do not.
     triage: bool = False
     triage_runtime_s: float = 0.5
     triage_ramp_s: float = 0.25
@@ -149,6 +153,10 @@ class PrologPolicy:
     # flight, which a slow reader drains 4x sooner than 1M (4 s less per slow-node prolog
     # here), but it missed close pairs on the emulated fleet: docs/performance.md.
     triage_seq_bs: str = ""
+    # The triage's jobs: the reads always; the sequential write only with this on. The
+    # write costs each round ~1 s here (0.25 + 0.5 s + fio's ~0.3 s per job) and tells a
+    # slow reader from its peers nothing the read does not; the full probe keeps it.
+    triage_write: bool = False
     fail_closed: bool = False  # on an internal error: False = let the job run, True = requeue
     release_requeued: bool = True  # after a drain, make the requeued job eligible at once
     iostat: bool = True  # start in-job iostat on the screened nodes (stopped by the epilog)

@@ -169,8 +169,10 @@ class NodeProbe:
     @property
     def usable(self) -> bool:
         """True when the node produced figures to judge (not to be confused with Status.OK,
-        a verdict, nor a command's exit status 0)."""
-        return self.error is None and self.seq_read is not None and self.seq_write is not None
+        a verdict, nor a command's exit status 0). The write is optional: a read-only
+        probe (the prolog's triage) is judged on its reads; the pipeline refuses a run
+        that lacks a job its recipe ran."""
+        return self.error is None and self.seq_read is not None
 
     @property
     def write_read_ratio(self) -> float | None:

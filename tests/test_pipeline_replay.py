@@ -9,6 +9,7 @@ is also covered here. End-to-end behaviour on real sshd and fio is in test_pipel
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -134,3 +135,35 @@ def test_store_failure_mid_run_keeps_the_results(tmp_path: Path) -> None:
     # and the run is marked failed in the store, not left "running"
     (run,) = real.latest_runs(5)
     assert run.status == "failed"
+
+
+def _reads_only(fio_json: str) -> str:
+    """A captured fio report with its seq_write job taken out: what a read-only recipe's
+    fio prints (its jobs are reported one by one, in the order they ran)."""
+    doc = json.loads(fio_json)
+    doc["jobs"] = [j for j in doc["jobs"] if j["jobname"] != "seq_write"]
+    return json.dumps(doc, indent=2)
+
+
+READ_ONLY: Policy = policy_from_dict({"probe": {"size_mib": 64, "seq_write": False}})
+
+
+def test_a_read_only_recipe_is_judged_on_its_reads() -> None:
+    """The prolog's triage skips the write: its slow reader is SLOW_READ on the peer rule
+    (no write/read ratio to add), healthy nodes OK, and no write figure is made up."""
+    t = ReplayTransport({n: _reads_only(FIO_SLOW if n == "n3" else FIO_OK) for n in NODES})
+    result = asyncio.run(screen(NODES, READ_ONLY, t, None))  # type: ignore[arg-type]
+    v = {x.node: x for x in result.summary.verdicts}
+    assert v["n3"].status == Status.SLOW_READ and "peer_read" in v["n3"].signals
+    assert "ratio" not in v["n3"].signals and v["n3"].ratio is None
+    assert {v[n].status for n in NODES if n != "n3"} == {Status.OK}
+    assert all(x.write_mb_s is None and x.read_mb_s for x in v.values())
+    assert result.probes["n1"].recipe == recipe_fingerprint(READ_ONLY.probe)
+
+
+def test_a_report_without_a_job_the_recipe_ran_is_unknown() -> None:
+    """fio output missing the write the recipe asked for is a parse failure (UNKNOWN, never a
+    read-only verdict by accident); a read-only recipe's run accepts it."""
+    t = ReplayTransport({"n2": _reads_only(FIO_SLOW)})
+    v = {x.node: x for x in replay(t, NODES).summary.verdicts}
+    assert v["n2"].status == Status.UNKNOWN and "lacks job 'seq_write'" in v["n2"].reason

@@ -137,9 +137,14 @@ def test_probe_duration_sums_ramp_and_runtime_per_job() -> None:
     assert probe_duration_s(ProbePolicy(ramp_s=0.5, runtime_s=2), ["seq_read"]) == 2.5
 
 
-def test_policy_jobs_drops_rand_read_when_disabled() -> None:
+def test_policy_jobs_drops_rand_read_and_seq_write_when_disabled() -> None:
     assert policy_jobs(ProbePolicy()) == JOBS
     assert policy_jobs(ProbePolicy(rand_read=False)) == ("seq_write", "seq_read")
+    assert policy_jobs(ProbePolicy(seq_write=False)) == ("seq_read", "rand_read")
+    assert policy_jobs(ProbePolicy(seq_write=False, rand_read=False)) == ("seq_read",)
+    # a read-only run never writes: no write job and no --overwrite (the layout is apart)
+    argv = fio_argv(ProbePolicy(seq_write=False), policy_jobs(ProbePolicy(seq_write=False)))
+    assert "--rw=write" not in argv and "--overwrite=1" not in argv
 
 
 # ------------------------------------------------------------------------- parse, real data
@@ -357,6 +362,9 @@ def test_job_that_failed_without_any_io_is_a_probe_error() -> None:
     doc["jobs"][1]["error"] = 5
     doc["jobs"][1]["read"].update(total_ios=0, runtime=800)
     with pytest.raises(ProbeError, match=r"seq_read failed \(error 5: Input/output error\)"):
+        parse_fio(json.dumps(doc), "n")
+    doc["jobs"][1]["error"] = 2**31  # no C int holds it (fuzzing found it): still a ProbeError
+    with pytest.raises(ProbeError, match=r"seq_read failed \(error 2147483648: not an errno\)"):
         parse_fio(json.dumps(doc), "n")
 
 

@@ -254,7 +254,7 @@ def _prolog_runs(db: str, job_id: str) -> list[tuple[set[str], set[str | None], 
 
 def test_triage_drains_a_clear_slow_reader_on_the_short_probe(site: dict[str, Any]) -> None:
     """Issue 22: with [prolog] triage, a 1/15-speed reader is judged and confirmed on the
-    short probe (0.25 s + 0.5 s per fio job), never the full one; the requeued attempt's
+    short probe (0.25 s + 0.5 s per read job, no write), never the full one; the requeued attempt's
     replacement is triaged too, beside the first attempt's triage figures."""
     cluster = site["cluster"]
     write_config(site["config"], cluster, site["db"], site["log"], prolog={"triage": True})
@@ -275,6 +275,17 @@ def test_triage_drains_a_clear_slow_reader_on_the_short_probe(site: dict[str, An
     assert all(mode == PROLOG_PROBES["triage"] for _, _, mode in runs), runs
     assert slow in runs[0][0] and "triage skipped" not in log and "full probe of" not in log, log
     assert set(cluster.nodes[4:5]) <= runs[-1][0], runs  # the replacement, triaged
+    # the triage reads only: no write figure is stored for any of its nodes
+    assert all(w is None for w in _write_figures(site["db"], job_id)), log
+
+
+def _write_figures(db: str, job_id: str) -> list[float | None]:
+    """The write figure of every judged verdict of the job's prolog runs."""
+    with open_store(db) as store:
+        runs = [r.id for r in store.latest_runs(50) if r.job_id == job_id]
+        judged = [v for r in runs for v in store.run_verdicts(r) if v.read_mb_s is not None]
+    assert judged
+    return [v.write_mb_s for v in judged]
 
 
 def test_triage_sends_a_close_call_to_the_full_probe(site: dict[str, Any]) -> None:
@@ -303,6 +314,8 @@ def test_triage_sends_a_close_call_to_the_full_probe(site: dict[str, Any]) -> No
     assert [mode for _, _, mode in runs] == [PROLOG_PROBES["triage"], PROLOG_PROBES["escalated"]]
     assert len(runs[0][0]) == 4 and node in runs[1][0] and len(runs[1][0]) == 4, runs
     assert f"full probe of {node} after the triage, beside " in log, log
+    writes = _write_figures(site["db"], job_id)  # the triage wrote nothing, the full probe did
+    assert writes.count(None) == 4 and len(writes) == 8, (writes, log)
     assert "DRAIN" not in sinfo_nodes(cluster)[node]["state_flags"]
     with open_store(site["db"]) as store:
         latest = SlurmRecords(store).latest_verdicts([node])

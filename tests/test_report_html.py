@@ -159,3 +159,23 @@ def test_bandwidth_axis_starts_a_decade_below_the_smallest_figure() -> None:
     slow = RunNodeRow("n3", Status.SLOW_READ, 20.0, 2368.4, 118, 3305, -51, True, (), "s", (), None)
     fig = bandwidth_figure(RunDetail(run, None, 1776.0, (node, slow)))
     assert list(fig.layout.yaxis.range) == [0, 4]
+
+
+def test_a_read_only_run_plots_its_reads() -> None:
+    """The prolog's triage writes nothing: its nodes still get read bars (they were left
+    out of the plot when a write figure was required), with no write bar made up."""
+    from datetime import UTC, datetime
+
+    from screener.probe_data import Status, Trigger
+    from screener.report.html import BAR_LIMIT, bandwidth_figure
+    from screener.store.query_rows import RunDetail, RunNodeRow, RunRow
+
+    now = datetime.now(UTC)
+    run = RunRow(3, Trigger.PROLOG, "7", "n[1-9]", 2, now, None, "done", False, "", "x")
+    rows = [
+        RunNodeRow(f"n{i}", Status.OK, 300.0, None, None, 9.0, None, False, (), "ok", (), None)
+        for i in range(1, BAR_LIMIT + 3)  # more than the bar limit: still bars, no scatter
+    ]
+    fig = bandwidth_figure(RunDetail(run, None, 300.0, tuple(rows)))
+    read, write = fig.data
+    assert list(read.y) == [300.0] * len(rows) and all(y is None for y in write.y)

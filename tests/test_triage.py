@@ -6,7 +6,7 @@ from dataclasses import replace
 
 from screener.hooks.triage import ambiguous, escalation, full_probe_fits, plan, triage_policy
 from screener.policy import Policy, PrologPolicy
-from screener.probe.fio import probe_duration_s, recipe_fingerprint
+from screener.probe.fio import policy_jobs, probe_duration_s, recipe_fingerprint
 from screener.probe_data import RunSummary, Status, Verdict
 from screener.verdict.judge import evaluate
 from tests.test_verdict import POLICY, fleet
@@ -22,9 +22,16 @@ def test_triage_policy_is_short_and_its_own_recipe() -> None:
     quarter = replace(ON, prolog=replace(ON.prolog, triage_seq_bs="256k"))
     assert triage_policy(quarter).probe.seq_bs == "256k"
     assert recipe_fingerprint(triage_policy(quarter).probe) != recipe_fingerprint(short.probe)
-    assert probe_duration_s(short.probe) == 2.25  # 3 fio jobs x 0.75 s, not 3 x 4 s
+    jobs = policy_jobs(short.probe)
+    assert jobs == ("seq_read", "rand_read")  # reads only: the write is the full probe's
+    assert probe_duration_s(short.probe, jobs) == 1.5  # 2 fio jobs x 0.75 s, not 3 x 4 s
     assert recipe_fingerprint(short.probe) != recipe_fingerprint(ON.probe)  # own history
     assert replace(short, probe=ON.probe) == ON  # nothing else changes
+    writing = triage_policy(replace(ON, prolog=replace(ON.prolog, triage_write=True)))
+    assert policy_jobs(writing.probe) == ("seq_write", "seq_read", "rand_read")
+    assert recipe_fingerprint(writing.probe) != recipe_fingerprint(short.probe)
+    # The switch adds to the fingerprint only when off: stored write+read histories still match.
+    assert recipe_fingerprint(ON.probe) == "6db6da219c5065e4"
 
 
 def test_plan_triages_a_large_allocation_with_a_clean_record() -> None:
@@ -128,11 +135,11 @@ def test_the_doubtful_stay_under_a_third_of_the_full_probe() -> None:
 
 def test_held_nodes_are_triaged_when_the_budget_cannot_hold_their_full_probe() -> None:
     """A node not OK lately would wait for the full probe after the triage; when the budget
-    left cannot hold both (triage 2 x 2.25 s x 1.5, full 36 s), it gets the triage rather
+    left cannot hold both (triage 2 x 1.5 s x 1.5, full 36 s), it gets the triage rather
     than joining the job unprobed."""
     statuses = {"node03": "DEGRADED"}
-    tri, held, _ = plan(NODES, 8, statuses, set(), ON, left_s=42.75)
+    tri, held, _ = plan(NODES, 8, statuses, set(), ON, left_s=40.5)
     assert "node03" in held and "node03" not in tri
-    tri, held, why = plan(NODES, 8, statuses, set(), ON, left_s=42.7)
+    tri, held, why = plan(NODES, 8, statuses, set(), ON, left_s=40.45)
     assert tri == NODES and held == [] and "no budget for a full probe" in why
     assert plan(NODES, 8, {}, set(), ON, left_s=1.0) == (NODES, [], "")  # nobody held back

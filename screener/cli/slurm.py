@@ -20,7 +20,9 @@ from screener.policy import Policy, hook_log_file, load_policy
 
 SWEEP_SCRIPT = "/opt/screener/jobs/sweep.sbatch"
 RELEASE_WAIT_S = 90.0  # how long `release` waits for Slurm to requeue the job
-RELEASE_POLL_S = 1.0
+# The helper starts while the prolog is still running: it polls often at first (Slurm
+# requeues the job within a few hundred ms of the hook's exit), then backs off.
+RELEASE_POLL_S = (0.05, 1.0)  # first interval, longest
 
 
 def register(sub: Subparsers) -> None:
@@ -200,15 +202,24 @@ def release(args: argparse.Namespace, console: Console) -> int:
     """Wait until Slurm has requeued the job (PENDING), then set its StartTime to now."""
     from screener.slurm import select_client
 
-    client, _ = select_client(load_policy(args.config).slurm)
-    deadline = time.monotonic() + RELEASE_WAIT_S
+    policy = load_policy(args.config)
+    client, _ = select_client(policy.slurm)
+    t0 = time.monotonic()
+    deadline = t0 + RELEASE_WAIT_S
+    pause, longest = RELEASE_POLL_S
     while time.monotonic() < deadline:
         job = client.job(args.job_id)
         if job is not None and job.state == "PENDING":
             client.release(args.job_id)
-            print(f"job {args.job_id} released (was pending: {job.reason})")
+            said = f"job {args.job_id} released (was pending: {job.reason})"
+            print(said)
+            if policy.prolog.log_file:  # the prolog's helper has no stdout: the log keeps it
+                HookLog("screener release", policy.prolog.log_file)(
+                    f"{said} {time.monotonic() - t0:.2f}s after the helper started"
+                )
             return 0
-        time.sleep(RELEASE_POLL_S)
+        time.sleep(pause)
+        pause = min(pause * 1.5, longest)
     raise SlurmError(f"job {args.job_id} was not requeued within {RELEASE_WAIT_S:g}s")
 
 

@@ -19,7 +19,8 @@ class HookLog:
         self.lines: list[str] = []
 
     def __call__(self, message: str) -> None:
-        line = f"{datetime.now(UTC).isoformat(timespec='seconds')} {self.prefix}: {message}"
+        # Milliseconds: where a prolog's seconds go is read from these stamps (issue 22).
+        line = f"{datetime.now(UTC).isoformat(timespec='milliseconds')} {self.prefix}: {message}"
         self.lines.append(message)
         _stderr(line)
         if self.path:

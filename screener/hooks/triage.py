@@ -2,11 +2,12 @@
 
 A node reading at 1/20 of its peers is obvious after half a second of QD32 reads, and so
 is a healthy one; only the ambiguous nodes need the full probe's evidence. With
-``[prolog] triage`` on, the nodes a prolog must probe get every fio job at
-``triage_ramp_s + triage_runtime_s`` (its own recipe, so its own history and fleet
-figures), judged and confirmed as usual; a node it leaves DEGRADED on a performance
-signal (a close call, a stall mode, a borderline re-probe) then gets the full probe
-beside healthy references. Pure decisions here; the prolog runs the screens.
+``[prolog] triage`` on, the nodes a prolog must probe get the read jobs (sequential, then
+4 KiB random; the write only with ``triage_write``) at ``triage_ramp_s +
+triage_runtime_s`` (its own recipe, so its own history and fleet figures), judged and
+confirmed as usual; a node it leaves DEGRADED on a performance signal (a close call, a
+stall mode, a borderline re-probe) then gets the full probe beside healthy references.
+Pure decisions here; the prolog runs the screens.
 """
 
 from __future__ import annotations
@@ -22,15 +23,16 @@ from screener.verdict.rules import borderline_level
 
 
 def triage_policy(policy: Policy) -> Policy:
-    """The policy of a triage screen: every fio job, shortened to the triage's ramp and
-    runtime, sequential jobs in ``triage_seq_bs`` blocks if set (a recipe of its own: history
-    compares triage with triage)."""
+    """The policy of a triage screen: the read jobs (the write too with ``triage_write``),
+    shortened to the triage's ramp and runtime, sequential jobs in ``triage_seq_bs`` blocks
+    if set (a recipe of its own: history compares triage with triage)."""
     pp = policy.prolog
     probe = replace(
         policy.probe,
         ramp_s=pp.triage_ramp_s,
         runtime_s=pp.triage_runtime_s,
         seq_bs=pp.triage_seq_bs or policy.probe.seq_bs,
+        seq_write=policy.probe.seq_write and pp.triage_write,
     )
     return replace(policy, probe=probe)
 

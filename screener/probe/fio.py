@@ -56,6 +56,8 @@ def recipe_fingerprint(policy: ProbePolicy) -> str:
         "rand_bs": policy.rand_bs.lower(),
         "rand_read": policy.rand_read,
     }
+    if not policy.seq_write:  # only then: the fingerprints of write+read recipes stay as they were
+        recipe["seq_write"] = False
     text = json.dumps(recipe, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -67,8 +69,11 @@ def layout_timeout_s(policy: ProbePolicy, slack_s: float) -> float:
 
 
 def policy_jobs(policy: ProbePolicy) -> tuple[str, ...]:
-    """The jobs a first probe runs under ``policy`` (rand_read can be switched off)."""
-    return JOBS if policy.rand_read else JOBS[:2]
+    """The jobs a probe runs under ``policy`` (seq_write and rand_read can be switched off)."""
+    off = {"seq_write"} if not policy.seq_write else set()
+    if not policy.rand_read:
+        off.add("rand_read")
+    return tuple(j for j in JOBS if j not in off)
 
 
 def fio_argv(policy: ProbePolicy, jobs: Sequence[str] = JOBS, fio: str = "fio") -> list[str]:
@@ -190,6 +195,15 @@ def probe_duration_s(policy: ProbePolicy, jobs: Sequence[str] = JOBS) -> float:
     return len(_check_jobs(jobs)) * (policy.ramp_s + policy.runtime_s)
 
 
+def _strerror(code: int) -> str:
+    """errno's text; a code no C int holds (a corrupt report: fuzzing found 2**31) is named
+    as such instead of raising OverflowError."""
+    try:
+        return os.strerror(code)
+    except (OverflowError, ValueError):
+        return "not an errno"
+
+
 def _check_jobs(jobs: Sequence[str]) -> tuple[str, ...]:
     names = tuple(jobs)
     if isinstance(jobs, str) or not names:
@@ -294,7 +308,7 @@ def _parse_job(job: Any, gopts: Mapping[str, Any], node: str) -> FioJobResult:
     total_ios = _int(total, node, f"job {name} total_ios")
     if total_ios == 0 and (runtime_ms <= 0 or error):
         # Failed, not slow: no figures at all (a stuck device still has runtime, error 0).
-        why = f"error {error}: {os.strerror(error)}" if error else "no runtime, no I/O"
+        why = f"error {error}: {_strerror(error)}" if error else "no runtime, no I/O"
         verb = "did not run" if runtime_ms <= 0 else "failed"
         raise ProbeError(node, f"fio job {name} {verb} ({why})")
     bins = _bins(clat.get("bins"), scale, node, name)

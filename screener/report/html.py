@@ -54,9 +54,11 @@ def _slow(status: Status) -> bool:
 def bandwidth_figure(detail: RunDetail) -> go.Figure:
     """Read and write bandwidth per node: grouped bars up to BAR_LIMIT nodes, else a read
     vs write scatter; slow nodes in red, the peer read median as a dashed line. Log scale:
-    a slow node reads 8x to 1,000x below its peers and must stay visible."""
-    nodes = [n for n in detail.nodes if n.read_mb_s is not None and n.write_mb_s is not None]
-    fig = _bars(nodes) if len(nodes) <= BAR_LIMIT else _scatter(nodes)
+    a slow node reads 8x to 1,000x below its peers and must stay visible. A read-only run
+    (the prolog's triage) has no write to plot against: bars, reads only."""
+    nodes = [n for n in detail.nodes if n.read_mb_s is not None]
+    both = [n for n in nodes if n.write_mb_s is not None]
+    fig = _bars(nodes) if len(nodes) <= BAR_LIMIT or not both else _scatter(both)
     median = detail.peer_read_median_mb_s
     if median is not None and median > 0:
         fig.add_hline(y=median, line={"color": MEDIAN_COLOUR, "dash": "dash", "width": 2})

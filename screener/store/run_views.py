@@ -150,7 +150,8 @@ def run_detail(store: Store, run_id: int) -> RunDetail:
 
 # runs.policy["prolog_probe"] (screener/hooks/prolog.py) -> what `screener run N` says
 PROLOG_PROBES = {
-    "triage": "prolog triage: every fio job at [prolog] triage_ramp_s + triage_runtime_s",
+    "triage": "prolog triage: the read jobs (the write too with triage_write) at [prolog] "
+    "triage_ramp_s + triage_runtime_s",
     "escalated": "prolog full probe of the nodes its triage left ambiguous or held back, "
     "beside references",
 }

@@ -71,7 +71,7 @@ def _read_signals(
     level: float | None,
 ) -> tuple[list[str], list[str]]:
     """Rules that say "this node reads slowly": (signal tags, reason parts)."""
-    assert p.seq_read is not None and p.seq_write is not None
+    assert p.seq_read is not None
     tags: list[str] = []
     why: list[str] = []
     bw = p.seq_read.bw_bytes
@@ -115,11 +115,12 @@ def _read_signals(
 def _write_signals(
     p: NodeProbe, peers: _Peers, policy: VerdictPolicy
 ) -> tuple[list[str], list[str]]:
-    """Rules that say "this node writes slowly"."""
-    assert p.seq_write is not None
-    bw = p.seq_write.bw_bytes
+    """Rules that say "this node writes slowly" (none for a read-only probe)."""
     tags: list[str] = []
     why: list[str] = []
+    if p.seq_write is None:
+        return tags, why
+    bw = p.seq_write.bw_bytes
     if text := peer_reason(peers.write, bw, "seq write", fmt_mb, policy):
         tags.append("peer_write")
         why.append(text)
@@ -139,7 +140,7 @@ def _judge(
 ) -> Verdict:
     """Verdict for one usable node given the round's peer statistics (``history_level``:
     the round's typical read / own history, see rules.history_level)."""
-    assert p.seq_read is not None and p.seq_write is not None
+    assert p.seq_read is not None
     r_tags, r_why = _read_signals(p, peers, history, policy, history_level)
     w_tags, w_why = _write_signals(p, peers, policy)
     problems = fact_problems(p.facts)
@@ -149,7 +150,7 @@ def _judge(
         status=Status.OK,
         reason="",
         read_mb_s=p.seq_read.mb_s,
-        write_mb_s=p.seq_write.mb_s,
+        write_mb_s=p.seq_write.mb_s if p.seq_write else None,
         rand_read_iops=iops,
         ratio=p.write_read_ratio,
         read_p99_ms=p.seq_read.lat_p99_ns / 1e6,
