@@ -225,6 +225,11 @@ def main() -> int:
         action="store_true",
         help="screen with `screener prolog` and [prolog] triage on (a dry run), not `screen`",
     )
+    ap.add_argument(
+        "--triage-no-rand",
+        action="store_true",
+        help="with --prolog: [prolog] triage_rand_read = false (a sequential-read triage)",
+    )
     args = ap.parse_args()
     probe = dict(PROBE)
     if args.ramp is not None:
@@ -252,7 +257,12 @@ def main() -> int:
                 extra: dict[str, Any] = {}
                 if args.prolog:
                     extra = {
-                        "prolog": {"triage": True, "fresh_s": 0.0, "iostat": False},
+                        "prolog": {
+                            "triage": True,
+                            "fresh_s": 0.0,
+                            "iostat": False,
+                            "triage_rand_read": not args.triage_no_rand,
+                        },
                         "slurm": {"dry_run": True},
                     }
                 write_config(cfg, cluster, db, Path(tmp) / "log", probe=probe, **extra)
@@ -326,6 +336,9 @@ def main() -> int:
         "nodes": NODES,
         "probe": probe,
         "via": "screener prolog, [prolog] triage on, dry run" if args.prolog else "screener screen",
+        "triage_jobs": ("seq_read" if args.triage_no_rand else "seq_read, rand_read")
+        if args.prolog
+        else None,
         "repeat": args.repeat,
         "history_store": "shared, in scenario order" if args.shared_history else "per scenario",
         "healthy_median_mb_s": {"read": round(median / 1e6), "write": round(wmedian / 1e6)},

@@ -62,10 +62,12 @@ def config(
     triage: bool,
     seq_bs: str | None = None,
     write: bool = False,
+    rand: bool = True,
 ) -> None:
     """The bench's policy; ``seq_bs`` sets [prolog] triage_seq_bs (None: its default),
-    ``write`` [prolog] triage_write."""
+    ``write`` [prolog] triage_write, ``rand`` triage_rand_read."""
     prolog: dict[str, Any] = {"triage": triage, "budget_s": 120.0, "triage_write": write}
+    prolog["triage_rand_read"] = rand
     if seq_bs is not None:
         prolog["triage_seq_bs"] = seq_bs
     write_config(
@@ -93,8 +95,9 @@ def case(
     cluster: ClusterHandle, d: Path, name: str, mode: str, rep: int, slow: bool
 ) -> dict[str, Any]:
     """One screened job: submit -> start, prolog walls, where it ran. ``mode``: off, on, or
-    on:BS (triage with [prolog] triage_seq_bs = BS); a "+write" suffix turns triage_write on."""
-    base, _, plus = mode.partition("+")
+    on:BS (triage with [prolog] triage_seq_bs = BS); a "+write" suffix turns triage_write
+    on, "+norand" triage_rand_read off."""
+    base, *plus = mode.split("+")
     triage, _, seq_bs = base.partition(":")
     tag = f"{name}-{mode.replace(':', '-').replace('+', '-')}-{rep}"
     out = d / tag
@@ -102,7 +105,8 @@ def case(
     cfg = d / "screener.toml"
     log = out / "prolog.log"
     db = f"sqlite:///{out}/screener.db"
-    config(cluster, cfg, db, log, triage == "on", seq_bs or None, plus == "write")
+    on = triage == "on"
+    config(cluster, cfg, db, log, on, seq_bs or None, "write" in plus, "norand" not in plus)
     cluster.reset()
     pace_devices(cluster, list(cluster.nodes))
     if slow:
@@ -142,7 +146,7 @@ def main() -> int:
         "--modes",
         default="off,on",
         help="triage modes to run: off, on, on:BS (triage_seq_bs = BS, e.g. on:1M); a"
-        " +write suffix turns triage_write on (on+write)",
+        " +write suffix turns triage_write on (on+write), +norand triage_rand_read off",
     )
     ap.add_argument("--size-mib", type=int, default=PROBE["size_mib"], help="probe region")
     ap.add_argument("--out", type=Path, default=RESULTS, help="where the JSON goes")
@@ -150,11 +154,11 @@ def main() -> int:
     PROBE["size_mib"] = args.size_mib
     modes = [m for m in args.modes.split(",") if m]
     if any(
-        m.partition("+")[0].partition(":")[0] not in ("off", "on")
-        or m.partition("+")[2] not in ("", "write")
+        m.split("+")[0].partition(":")[0] not in ("off", "on")
+        or not set(m.split("+")[1:]) <= {"write", "norand"}
         for m in modes
     ):
-        raise SystemExit(f"--modes: off, on or on:BS (+write), not {args.modes!r}")
+        raise SystemExit(f"--modes: off, on or on:BS (+write, +norand), not {args.modes!r}")
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
         d = Path(tmp)
@@ -204,7 +208,8 @@ def main() -> int:
         "allocation": ALLOC,
         "probe": PROBE,
         "triage": "0.25 s ramp + 0.5 s per fio job ([prolog] defaults); on = triage_seq_bs"
-        " default, on:BS = that block size; the reads only, +write = triage_write on",
+        " default, on:BS = that block size; the reads only, +write = triage_write on,"
+        " +norand = triage_rand_read off",
         "devices_paced": PACE,
         "slow_node": f"node01 read at {SLOW}B/s",
         "summary": summary,

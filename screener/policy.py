@@ -157,6 +157,9 @@ class PrologPolicy:
     # write costs each round ~1 s here (0.25 + 0.5 s + fio's ~0.3 s per job) and tells a
     # slow reader from its peers nothing the read does not; the full probe keeps it.
     triage_write: bool = False
+    # ... and the 4 KiB random read (with probe.rand_read): off, the triage is the
+    # sequential read alone, one fio job (docs/performance.md, "Time to start").
+    triage_rand_read: bool = True
     fail_closed: bool = False  # on an internal error: False = let the job run, True = requeue
     release_requeued: bool = True  # after a drain, make the requeued job eligible at once
     iostat: bool = True  # start in-job iostat on the screened nodes (stopped by the epilog)

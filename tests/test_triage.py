@@ -27,6 +27,9 @@ def test_triage_policy_is_short_and_its_own_recipe() -> None:
     assert probe_duration_s(short.probe, jobs) == 1.5  # 2 fio jobs x 0.75 s, not 3 x 4 s
     assert recipe_fingerprint(short.probe) != recipe_fingerprint(ON.probe)  # own history
     assert replace(short, probe=ON.probe) == ON  # nothing else changes
+    seq_only = triage_policy(replace(ON, prolog=replace(ON.prolog, triage_rand_read=False)))
+    assert policy_jobs(seq_only.probe) == ("seq_read",)
+    assert policy_jobs(ON.probe) == ("seq_write", "seq_read", "rand_read")  # full probe kept
     writing = triage_policy(replace(ON, prolog=replace(ON.prolog, triage_write=True)))
     assert policy_jobs(writing.probe) == ("seq_write", "seq_read", "rand_read")
     assert recipe_fingerprint(writing.probe) != recipe_fingerprint(short.probe)

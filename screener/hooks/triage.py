@@ -23,7 +23,8 @@ from screener.verdict.rules import borderline_level
 
 
 def triage_policy(policy: Policy) -> Policy:
-    """The policy of a triage screen: the read jobs (the write too with ``triage_write``),
+    """The policy of a triage screen: the read jobs (the write too with ``triage_write``,
+    the random read only with ``triage_rand_read``),
     shortened to the triage's ramp and runtime, sequential jobs in ``triage_seq_bs`` blocks
     if set (a recipe of its own: history compares triage with triage)."""
     pp = policy.prolog
@@ -33,6 +34,7 @@ def triage_policy(policy: Policy) -> Policy:
         runtime_s=pp.triage_runtime_s,
         seq_bs=pp.triage_seq_bs or policy.probe.seq_bs,
         seq_write=policy.probe.seq_write and pp.triage_write,
+        rand_read=policy.probe.rand_read and pp.triage_rand_read,
     )
     return replace(policy, probe=probe)
 
