@@ -23,10 +23,10 @@ from screener.verdict.rules import borderline_level
 
 
 def triage_policy(policy: Policy) -> Policy:
-    """The policy of a triage screen: the read jobs (the write too with ``triage_write``,
-    the random read only with ``triage_rand_read``),
-    shortened to the triage's ramp and runtime, sequential jobs in ``triage_seq_bs`` blocks
-    if set (a recipe of its own: history compares triage with triage)."""
+    """The policy of a triage screen: the read jobs (the write too with ``triage_write``, the
+    random read only with ``triage_rand_read``), shortened to the triage's ramp and runtime,
+    sequential jobs in ``triage_seq_bs`` blocks if set (a recipe of its own: history
+    compares triage with triage)."""
     pp = policy.prolog
     probe = replace(
         policy.probe,

@@ -70,10 +70,8 @@ def layout_timeout_s(policy: ProbePolicy, slack_s: float) -> float:
 
 def policy_jobs(policy: ProbePolicy) -> tuple[str, ...]:
     """The jobs a probe runs under ``policy`` (seq_write and rand_read can be switched off)."""
-    off = {"seq_write"} if not policy.seq_write else set()
-    if not policy.rand_read:
-        off.add("rand_read")
-    return tuple(j for j in JOBS if j not in off)
+    on = {"seq_write": policy.seq_write, "rand_read": policy.rand_read}
+    return tuple(j for j in JOBS if on.get(j, True))
 
 
 def fio_argv(policy: ProbePolicy, jobs: Sequence[str] = JOBS, fio: str = "fio") -> list[str]:
