@@ -12,7 +12,8 @@ Devices are paced at 300 MB/s (tests/hooked_cluster.PACE) so the device, not the
 cores, sets each node's rate. The probe files are laid out once before the first case
 (a site pays that once per node). Writes bench/results/time_to_start.json.
 
-    .venv/bin/python bench/time_to_start.py [--repeat 2] [--modes off,on,on+write,on:1M]
+    .venv/bin/python bench/time_to_start.py [--repeat 2]
+        [--modes off,on,on+write,on+norand,on+confirmall,on+decisive,off+confirmall,on:1M]
         [--size-mib 512] [--out F]
 """
 
@@ -63,9 +64,13 @@ def config(
     seq_bs: str | None = None,
     write: bool = False,
     rand: bool = True,
+    confirm_all: bool = False,
+    decisive: bool = False,
 ) -> None:
     """The bench's policy; ``seq_bs`` sets [prolog] triage_seq_bs (None: its default),
-    ``write`` [prolog] triage_write, ``rand`` triage_rand_read."""
+    ``write`` [prolog] triage_write, ``rand`` triage_rand_read, ``confirm_all`` [verdict]
+    confirm_every_job (the re-probe runs the whole recipe, as before 2026-11-26 04:30),
+    ``decisive`` [verdict] decisive_ratio = 0.1 (a clear slow reader decided in round 1)."""
     prolog: dict[str, Any] = {"triage": triage, "budget_s": 120.0, "triage_write": write}
     prolog["triage_rand_read"] = rand
     if seq_bs is not None:
@@ -78,6 +83,7 @@ def config(
         probe=PROBE,
         prolog=prolog,
         transport={"command_timeout_s": 120.0},
+        verdict={"confirm_every_job": confirm_all, "decisive_ratio": 0.1 if decisive else 0.0},
     )
 
 
@@ -96,7 +102,8 @@ def case(
 ) -> dict[str, Any]:
     """One screened job: submit -> start, prolog walls, where it ran. ``mode``: off, on, or
     on:BS (triage with [prolog] triage_seq_bs = BS); a "+write" suffix turns triage_write
-    on, "+norand" triage_rand_read off."""
+    on, "+norand" triage_rand_read off, "+confirmall" confirm_every_job on, "+decisive"
+    decisive_ratio 0.1."""
     base, *plus = mode.split("+")
     triage, _, seq_bs = base.partition(":")
     tag = f"{name}-{mode.replace(':', '-').replace('+', '-')}-{rep}"
@@ -106,7 +113,18 @@ def case(
     log = out / "prolog.log"
     db = f"sqlite:///{out}/screener.db"
     on = triage == "on"
-    config(cluster, cfg, db, log, on, seq_bs or None, "write" in plus, "norand" not in plus)
+    config(
+        cluster,
+        cfg,
+        db,
+        log,
+        on,
+        seq_bs or None,
+        "write" in plus,
+        "norand" not in plus,
+        "confirmall" in plus,
+        "decisive" in plus,
+    )
     cluster.reset()
     pace_devices(cluster, list(cluster.nodes))
     if slow:
@@ -146,7 +164,8 @@ def main() -> int:
         "--modes",
         default="off,on",
         help="triage modes to run: off, on, on:BS (triage_seq_bs = BS, e.g. on:1M); a"
-        " +write suffix turns triage_write on (on+write), +norand triage_rand_read off",
+        " +write suffix turns triage_write on (on+write), +norand triage_rand_read off,"
+        " +confirmall verdict.confirm_every_job on, +decisive verdict.decisive_ratio 0.1",
     )
     ap.add_argument("--size-mib", type=int, default=PROBE["size_mib"], help="probe region")
     ap.add_argument("--out", type=Path, default=RESULTS, help="where the JSON goes")
@@ -155,10 +174,13 @@ def main() -> int:
     modes = [m for m in args.modes.split(",") if m]
     if any(
         m.split("+")[0].partition(":")[0] not in ("off", "on")
-        or not set(m.split("+")[1:]) <= {"write", "norand"}
+        or not set(m.split("+")[1:]) <= {"write", "norand", "confirmall", "decisive"}
         for m in modes
     ):
-        raise SystemExit(f"--modes: off, on or on:BS (+write, +norand), not {args.modes!r}")
+        raise SystemExit(
+            "--modes: off, on or on:BS (+write, +norand, +confirmall, +decisive),"
+            f" not {args.modes!r}"
+        )
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
         d = Path(tmp)

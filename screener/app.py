@@ -11,7 +11,7 @@ from screener.pipeline import BetweenRounds, NodeDone, ScreenResult
 from screener.policy import Policy, database_url
 from screener.probe_data import Trigger
 from screener.run.inputs import new_run_tag, resolve_nodes, screen_policy
-from screener.run.loop import AfterScreen, MakeProber, run_loop
+from screener.run.loop import AfterScreen, Beside, MakeProber, run_loop
 from screener.run.recording import recorded_run
 from screener.run.transports import make_transport
 from screener.store import Store, open_store
@@ -44,6 +44,7 @@ def run_screen(
     after: AfterScreen | None = None,
     prober: MakeProber | None = None,
     run_info: Mapping[str, object] | None = None,
+    beside: Beside | None = None,
 ) -> ScreenResult:
     """Open the store (migrating the embedded SQLite on first use), then screen ``nodes``.
 
@@ -74,6 +75,7 @@ def run_screen(
             after,
             prober,
             run_info,
+            beside,
         )
     return result
 

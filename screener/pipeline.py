@@ -33,6 +33,7 @@ from screener.probe.preflight import parse_preflight, preflight_argv
 from screener.probe_data import FleetFigure, IostatSample, NodeFacts, NodeProbe, RunSummary, Trigger
 from screener.steady import annotate, deep_rounds
 from screener.transport.base import CommandResult, Transport, check
+from screener.verdict.confirm import confirm_jobs, decided, decisive
 from screener.verdict.judge import confirm, evaluate, references, suspects
 from screener.verdict.rules import borderline_level
 
@@ -139,11 +140,15 @@ async def _facts(transport: Transport, node: str, policy: Policy) -> NodeFacts |
         return None
 
 
-async def probe_node(transport: Transport, node: str, policy: Policy) -> NodeProbe:
-    """Run preflight, facts, fio and iostat on one node; errors become an UNKNOWN probe."""
+async def probe_node(
+    transport: Transport, node: str, policy: Policy, jobs: Sequence[str] | None = None
+) -> NodeProbe:
+    """Run preflight, facts, fio and iostat on one node; errors become an UNKNOWN probe.
+    ``jobs``: a subset of the recipe's (a confirmation round's); the probe keeps the
+    recipe's fingerprint, as each figure is measured the recipe's way."""
     t0 = time.monotonic()
     pp = policy.probe
-    jobs = policy_jobs(pp)
+    jobs = tuple(jobs) if jobs is not None else policy_jobs(pp)
     slack = policy.transport.command_timeout_s
     facts: NodeFacts | None = None  # kept on failure: evidence already collected
     samples: tuple[IostatSample, ...] = ()
@@ -257,7 +262,11 @@ class Prober(Protocol):
     adds a Slurm step for the nodes its job holds (hooks.sweep.StepProber)."""
 
     async def probe(
-        self, nodes: Sequence[str], round_no: int, stop_at: float | None
+        self,
+        nodes: Sequence[str],
+        round_no: int,
+        stop_at: float | None,
+        jobs: Sequence[str] | None = None,
     ) -> dict[str, Rounds]: ...
 
     async def cleanup(self, nodes: Sequence[str]) -> None: ...
@@ -282,7 +291,11 @@ class TransportProber:
         self.deep = deep
 
     async def probe(
-        self, nodes: Sequence[str], round_no: int, stop_at: float | None
+        self,
+        nodes: Sequence[str],
+        round_no: int,
+        stop_at: float | None,
+        jobs: Sequence[str] | None = None,
     ) -> dict[str, Rounds]:
         got = await probe_all_rounds(
             self.transport,
@@ -293,6 +306,7 @@ class TransportProber:
             stop_at,
             self.locks,
             self.deep,
+            jobs,
         )
         return {r.last.node: r for r in got}
 
@@ -323,8 +337,10 @@ async def probe_all_rounds(
     stop_at: float | None = None,
     locks: ProbeLocks | None = None,
     deep: bool = False,
+    jobs: Sequence[str] | None = None,
 ) -> list[Rounds]:
-    """Probe every node in parallel, order kept; ``deep``: rounds until steady state.
+    """Probe every node in parallel, order kept; ``deep``: rounds until steady state;
+    ``jobs``: the fio jobs to run (default: the recipe's).
 
     The transport bounds *commands* by ``concurrency``; a node runs two at once (fio and
     its iostat monitor), so at most half as many nodes start together. Otherwise fio
@@ -336,7 +352,7 @@ async def probe_all_rounds(
     gate = asyncio.Semaphore(max(1, policy.transport.concurrency // 2))
 
     async def once(node: str) -> NodeProbe:
-        p = await probe_node(transport, node, policy)
+        p = await probe_node(transport, node, policy, jobs)
         if on_done is not None:
             on_done(round_no, p)
         return p
@@ -446,12 +462,19 @@ async def screen(
         final = {p.node: p for p in first}
         longest = [_longest(got)]
         again = suspects(summary) if policy.verdict.confirm else []
+        usable = sum(1 for p in first if p.usable)
+        if again and (sure := decisive(summary, usable, policy.verdict)):
+            summary = decided(summary, sure, policy.verdict.decisive_ratio)
+            again = [n for n in again if n not in sure]
         if again:
             if between_rounds is not None:
                 await between_rounds(summary)
             refs = references(summary, policy.verdict.confirm_references)
             wanted = [*again, *refs]
-            got2 = await prober.probe(wanted, 2, stop_at)
+            jobs = policy_jobs(policy.probe)
+            if not policy.verdict.confirm_every_job:
+                jobs = confirm_jobs(summary, again, jobs)
+            got2 = await prober.probe(wanted, 2, stop_at, jobs)
             rec.rounds(got2, 1 + max(len(r.probes) for r in got.values()))
             second = [got2[n].last for n in wanted]
             longest.append(_longest(got2))

@@ -70,6 +70,14 @@ class VerdictPolicy:
     tail_floor_ms: float = 50.0  # and be at least this long to matter
     confirm: bool = True  # re-probe suspects before a final SLOW
     confirm_references: int = 3  # healthy nodes re-probed beside the suspects (at least)
+    # The re-probe runs only the jobs that can confirm a suspect's finding (a slow seq read:
+    # the seq read alone; verdict.confirm.confirm_jobs); true = every job of the recipe.
+    confirm_every_job: bool = False
+    # A suspect whose seq read and 4 KiB random read (two windows, one after the other)
+    # both read at or below this fraction of the round's peer medians, among >= min_peers
+    # nodes and no shared cause, is decided in round 1: no re-probe (verdict.confirm
+    # .decisive). 0 = off: every suspect is re-probed.
+    decisive_ratio: float = 0.0
     drain_read_timeout: bool = False  # fio timed out reading after a normal write: SLOW_READ
     # Rules in shadow mode (names as RULE_NAMES): evaluated and stored with the verdict
     # ("would have drained"), but they never make a node SLOW (screener/verdict/shadow.py).
@@ -359,6 +367,7 @@ _BOUNDS: dict[str, tuple[float, float, bool]] = {
     "verdict.tail_min_factor": (1, _FACTOR, True),
     "verdict.tail_floor_ms": (0, 1e9, False),
     "verdict.confirm_references": (0, 10_000, False),
+    "verdict.decisive_ratio": (0, 0.25, False),  # far below the peer rule's gap (0.5)
     "transport.concurrency": (1, 65536, False),
     "transport.connect_timeout_s": (0.1, 3600, False),
     "transport.command_timeout_s": (1, _MAX_SECONDS, False),

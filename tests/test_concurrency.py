@@ -54,10 +54,10 @@ here = local.local_names()
 local.local_names = lambda: here | frozenset(nodes)  # these labels name this machine
 probe = pipeline.probe_node
 
-async def traced(transport, node, policy):
+async def traced(transport, node, policy, jobs=None):
     t0 = time.time()
     try:
-        return await probe(transport, node, policy)
+        return await probe(transport, node, policy, jobs)
     finally:
         with open(trace, "a") as f:  # one O_APPEND line per probe
             rec = {"node": node, "pid": os.getpid(), "t0": t0, "t1": time.time()}

@@ -77,15 +77,33 @@ def test_slow_sequential_read_node_is_slow_read_and_peers_ok(cluster: Any, tmp_p
     assert result.run_id is not None
     stored = {v.node: v.status for v in store.run_verdicts(result.run_id)}
     assert stored == got
+    # its slow seq read alone confirmed it: round 2 ran only that job, under round 1's recipe
+    first, again = (
+        {p.node: p for p in store.run_probes(result.run_id, n) if p.node == slow} for n in (1, 2)
+    )
+    assert first[slow].seq_write is not None and first[slow].rand_read is not None
+    assert again[slow].seq_read is not None
+    assert (again[slow].seq_write, again[slow].rand_read) == (None, None)
+    assert again[slow].recipe == first[slow].recipe
 
 
 def test_slow_random_read_only_is_flagged(cluster: Any) -> None:
     slow = cluster.nodes[2]
     cluster.inject(slow, "slow_randread", 300)
-    result = run(cluster, cluster_policy(cluster))
+    seen: list[RunSummary] = []
+
+    async def keep(first: RunSummary) -> None:
+        seen.append(first)
+
+    result = run(cluster, cluster_policy(cluster), between_rounds=keep)
+    first = next(v for v in seen[0].verdicts if v.node == slow)
+    assert "peer_rand" in first.signals, first
     v = next(v for v in result.summary.verdicts if v.node == slow)
-    assert v.status == Status.SLOW_READ
-    assert "peer_rand" in v.signals, v
+    assert v.status == Status.SLOW_READ and v.confirmed, v
+    # 300 IOPS caps its 1 MiB reads too: the re-probe confirms that finding with the seq
+    # read alone when round 1 saw it, else it re-runs the random read
+    want = {"peer_read"} if "peer_read" in first.signals else {"peer_rand"}
+    assert want <= set(v.signals), v
     assert all(s == Status.OK for n, s in statuses(result).items() if n != slow)
 
 
@@ -161,3 +179,16 @@ def test_extremely_slow_reader_is_slow_not_unknown(cluster: Any) -> None:
     # the 100 ms mark is plain queueing at this bandwidth (median read far above it), so
     # the share of slow reads is not what says it: the peers and the write/read ratio do
     assert "peer median" in v.reason and "ratio" in v.signals, v
+
+
+def test_a_decisive_slow_reader_is_decided_in_one_round(cluster: Any) -> None:
+    # verdict.decisive_ratio (off by default): both read jobs ten times below the peers in
+    # round 1 is the evidence a re-probe would add, so the node is confirmed without one
+    slow = cluster.nodes[3]
+    cluster.inject(slow, "slow_read", 10_000_000)
+    result = run(cluster, cluster_policy(cluster, decisive_ratio=0.1))
+    v = next(v for v in result.summary.verdicts if v.node == slow)
+    assert v.status == Status.SLOW_READ and v.confirmed, v
+    assert "decisive in round 1" in v.reason, v
+    assert result.rounds == 1 and result.reprobed == (), result
+    assert all(s == Status.OK for n, s in statuses(result).items() if n != slow)

@@ -28,6 +28,7 @@ pytestmark = pytest.mark.cluster
 
 NODES = 5
 SLOW = "12M"  # ~1/25 of PACE (300M): issue 28's node that turned slow after passing
+NO_STALLS = {"shadow": ["stalls"]}  # see site()
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +40,10 @@ def hooked(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ClusterHa
 def site(hooked: tuple[ClusterHandle, Path], tmp_path: Path) -> Iterator[dict[str, Any]]:
     """A fresh DB where every node passed a screen moments ago (fresh for prolog.fresh_s)."""
     cluster, d = hooked
-    info = site_info(cluster, d, tmp_path, prolog={"iostat": False})
+    # a lone stall mode from a CPU hiccup on the 2 shared cores made a healthy node DEGRADED
+    # in the base screen (CI, 2026-11-26), so not fresh: the stall rule is not this file's
+    # subject (tests/test_stalls.py), so here it is in shadow, recorded but not deciding
+    info = site_info(cluster, d, tmp_path, prolog={"iostat": False}, verdict=NO_STALLS)
     pace_devices(cluster, list(cluster.nodes))
     base = run_screener(cluster, info["config"], "screen", ",".join(cluster.nodes))
     assert base.returncode == 0, base.stdout + base.stderr
@@ -89,3 +93,42 @@ def test_all_fresh_and_healthy_runs_no_full_probe(site: dict[str, Any]) -> None:
     # every node's sentinel read like its screen did: nobody probed, no run stored
     assert len(_prolog_runs(site)) == before, log
     assert "fast path: " in log and "full probe" not in log, log
+
+
+@pytest.fixture(params=["full probe", "triage"])
+def partly_fresh(
+    hooked: tuple[ClusterHandle, Path], tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[dict[str, Any]]:
+    """A fresh DB where every node but the first passed a screen moments ago; the prolog
+    probes the unfresh node with the full probe, or with the triage."""
+    cluster, d = hooked
+    triage = request.param == "triage"
+    prolog = {"iostat": False, "triage": triage}
+    info = site_info(cluster, d, tmp_path, prolog=prolog, verdict=NO_STALLS)
+    info["first"] = "triage" if triage else "screen"
+    pace_devices(cluster, list(cluster.nodes))
+    base = run_screener(cluster, info["config"], "screen", ",".join(cluster.nodes[1:]))
+    assert base.returncode == 0, base.stdout + base.stderr
+    yield info
+    cluster.reset()
+
+
+def test_sentinels_read_beside_the_screen_and_a_failed_one_is_probed_after_it(
+    partly_fresh: dict[str, Any],
+) -> None:
+    site = partly_fresh
+    cluster = site["cluster"]
+    unfresh, slow = cluster.nodes[0], cluster.nodes[1]  # the job gets the lowest idle nodes
+    cluster.inject(slow, "slow_read", SLOW)
+    job, ran = _job(site, NODES - 1)
+    log = site["log"].read_text()
+    assert job["restart_cnt"] >= 1, log
+    assert slow not in ran and unfresh in ran and len(ran) == NODES - 1, (ran, log)
+    # the fresh nodes' sentinels read while the unfresh node was probed, the slow one failed
+    # and got the full probe after that screen, beside the node the screen found healthy
+    assert f"{slow}: sentinel read " in log and "(< 0.5): full probe" in log, log
+    assert f"full probe of {slow} after the {site['first']}, beside {unfresh}" in log, log
+    assert "sentinel as usual (beside the screen), not probed" in log, log
+    assert f"{slow}: SLOW_READ" in log, log
+    node = sinfo_nodes(cluster)[slow]
+    assert "DRAIN" in node["state_flags"] and node["reason"].startswith("screener: rd "), node

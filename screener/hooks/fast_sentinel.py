@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 from screener.errors import ProbeError, TransportError
 from screener.hooks.hooklog import HookLog
@@ -90,3 +90,24 @@ async def sentinel_then_iostat(
         return results
     finally:
         await transport.close()
+
+
+def sentinels_beside(
+    policy: Policy,
+    fresh: Sequence[str],
+    usual: Mapping[str, Sequence[float]],
+    out: list[SentinelResult],
+) -> Callable[[Transport], Awaitable[None]]:
+    """The sentinels of ``fresh`` as a run_loop ``beside`` step: they read while the job's
+    other nodes are probed (their I/O never meets: other nodes), over the screen's
+    transport, results into ``out``. Never raises: a surprise fails every sentinel (full
+    probe), said in each reason."""
+
+    async def beside(transport: Transport) -> None:
+        try:
+            out.extend(await run_sentinels(transport, fresh, usual, policy))
+        except Exception as exc:  # a bug must not lose the screen beside it
+            why = f"sentinel failed: internal error: {exc!r}"
+            out.extend(SentinelResult(n, False, why) for n in fresh)
+
+    return beside

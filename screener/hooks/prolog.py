@@ -36,6 +36,8 @@ from screener.slurm.client import check_job_id
 
 if TYPE_CHECKING:
     from screener.pipeline import ScreenResult
+    from screener.probe.sentinel import SentinelResult
+    from screener.run.loop import Beside
     from screener.store import Store
     from screener.store.slurm_records import SlurmRecords
     from screener.transport.base import Transport
@@ -165,7 +167,8 @@ def _screen_job(
     t0: float,
 ) -> int:
     from screener import app
-    from screener.hooks.triage import escalation, plan, triage_policy
+    from screener.hooks.fast_sentinel import sentinels_beside
+    from screener.hooks.triage import escalation, plan, triage_policy, with_references
     from screener.probe.fio import recipe_fingerprint
     from screener.probe_data import Status, Trigger
     from screener.store.slurm_records import SlurmRecords
@@ -191,31 +194,40 @@ def _screen_job(
         skip, probe = fast_path(job.nodes, last, flaky, now, pp.fresh_s)
     notes: dict[str, str] = {}
     iostat_started = False
+    sent: list[SentinelResult] = []  # the sentinels that read beside the others' screen
+    beside: Beside | None = None
     if skip and records is not None and pp.sentinel:
-        skip, probe, notes = _sentinels(policy, job, records, skip, probe, log)
-        iostat_started = pp.iostat and not probe
-    if skip:
-        checked = ", sentinel as usual" if notes else ""
-        log(f"fast path: {fold_nodes(skip)} passed within {pp.fresh_s:g}s{checked}, not probed")
-        if records is not None:  # so `accuracy` knows they joined the job screened OK
-            passed = {n: last[n] for n in skip}
-            records.record_fast_path(passed, job.job_id, datetime.now(UTC), pp.fresh_s, notes)
+        if probe:  # the others are probed anyway: the sentinels read beside them (issue 22)
+            beside = sentinels_beside(policy, skip, _usual(policy, records, skip), sent)
+        else:
+            skip, probe, notes = _sentinels(policy, job, records, skip, probe, log)
+            iostat_started = pp.iostat and not probe
+    if skip and beside is None:
+        _fast_path(policy, job, records, {n: last[n] for n in skip}, notes, log)
     outcome: list[int] = []
     held: list[str] = []  # with triage: nodes for the full probe only, after it
 
-    def run(nodes: list[str], screen_policy: Policy, stage: str) -> tuple[list[str], list[str]]:
+    def run(
+        nodes: list[str], screen_policy: Policy, stage: str, beside: Beside | None = None
+    ) -> tuple[list[str], list[str]]:
         """Screen ``nodes``, act on the stored run (drain, in-job iostat); after a triage
         (``stage``: "triage", "escalated" or ""), the nodes it left ambiguous and references
-        (in-job iostat then waits for those)."""
+        (in-job iostat then waits for those). With ``beside`` (the fresh nodes' sentinels),
+        a node whose sentinel failed joins them, or gets the full probe after the screen."""
         triage = stage == "triage"
         more: list[tuple[list[str], list[str]]] = []
 
         async def after(transport: Transport, result: ScreenResult) -> None:
+            failed = [r.node for r in sent if not r.passed] if beside is not None else []
             left = pp.budget_s - (time.monotonic() - t0) - DECIDE_RESERVE_S
             code = _act(policy, job, client, records, result, log, left)
             outcome.append(code)
-            if code == 0 and triage and records is not None and not result.store_error:
-                doubt, refs = escalation(result.summary, policy, held, result.reprobed)
+            if code == 0 and records is not None and not result.store_error:
+                if triage:
+                    also = [*held, *(n for n in failed if n not in held)]
+                    doubt, refs = escalation(result.summary, policy, also, result.reprobed)
+                else:
+                    doubt, refs = with_references(result.summary, policy, failed)
                 if doubt:
                     more.append((doubt, refs))
             if code == 0 and not more and pp.iostat:
@@ -232,8 +244,20 @@ def _screen_job(
             db_unavailable=unavailable,
             after=after,
             run_info={"prolog_probe": stage} if stage else None,
+            beside=beside,
         )
         return more[0] if more else ([], [])
+
+    def fresh_checked() -> None:
+        """Log and record the sentinels that read beside the screen: the passed ones took
+        the fast path; the failed ones were screened after it (or, no budget, said so)."""
+        for r in sent:
+            if not r.passed:
+                log(f"{r.node}: {r.reason}: full probe")
+        passed = {r.node: last[r.node] for r in sent if r.passed}
+        if passed:
+            said = {r.node: r.reason for r in sent}
+            _fast_path(policy, job, records, passed, said, log, beside=True)
 
     if probe:
         left = pp.budget_s - (time.monotonic() - t0) - DECIDE_RESERVE_S
@@ -244,9 +268,11 @@ def _screen_job(
             log(f"triage of {fold_nodes(tri)}; {why}: full probe after it")
         elif tri and why:
             log(f"triage of {fold_nodes(tri)}; {why}")
-        doubt, refs = run(tri, triage_policy(policy), "triage") if tri else run(probe, policy, "")
+        first = (tri, triage_policy(policy), "triage") if tri else (probe, policy, "")
+        doubt, refs = run(*first, beside)
+        fresh_checked()
         if doubt and max(outcome, default=0) == 0:
-            _escalate(doubt, refs, policy, job, log, t0, run)
+            _escalate(doubt, refs, policy, job, log, t0, run, first[2] or "screen")
     elif pp.iostat and not iostat_started:
         asyncio.run(_iostat_only(policy, job, log))
     code = max(outcome, default=0)  # a drain by either screen requeues
@@ -267,6 +293,7 @@ def _escalate(
     log: HookLog,
     t0: float,
     run: Callable[[list[str], Policy, str], object],
+    first: str = "triage",
 ) -> None:
     """The full probe for the nodes a triage left ambiguous or held back (``doubt``) beside
     healthy references, when the budget still holds it (both rounds); else they keep
@@ -276,11 +303,11 @@ def _escalate(
 
     pp = policy.prolog
     if not full_probe_fits(policy, pp.budget_s - (time.monotonic() - t0) - DECIDE_RESERVE_S):
-        log(f"{fold_nodes(doubt)}: no budget left for the full probe after the triage")
+        log(f"{fold_nodes(doubt)}: no budget left for the full probe after the {first}")
         if pp.iostat:
             asyncio.run(_iostat_only(policy, job, log))
         return
-    log(f"full probe of {fold_nodes(doubt)} after the triage, beside {fold_nodes(refs)}")
+    log(f"full probe of {fold_nodes(doubt)} after the {first}, beside {fold_nodes(refs)}")
     run([*doubt, *refs], policy, "escalated")
 
 
@@ -296,21 +323,47 @@ def _sentinels(
     fast path (their note says what it read); the others join the full probe (issue 28).
     With nothing else to probe, in-job iostat starts on the sentinel's connections."""
     from screener.hooks.fast_sentinel import sentinel_then_iostat
-    from screener.pipeline import own_history  # app (the transport) imports it anyway
 
-    now = datetime.now(UTC)
-    usual = own_history(records.store, fresh, policy, now)
-    if policy.prolog.triage:  # a node only ever triaged: its usual read is the triage's
-        from screener.hooks.triage import triage_policy
-
-        short = own_history(records.store, fresh, triage_policy(policy), now)
-        usual = {n: usual.get(n) or short.get(n, []) for n in fresh}
+    usual = _usual(policy, records, fresh)
     results = asyncio.run(sentinel_then_iostat(policy, job, fresh, usual, bool(probe), log))
     failed = [r for r in results if not r.passed]
     for r in failed:
         log(f"{r.node}: {r.reason}: full probe")
     skip = [r.node for r in results if r.passed]
     return skip, [*probe, *(r.node for r in failed)], {r.node: r.reason for r in results}
+
+
+def _usual(policy: Policy, records: SlurmRecords, fresh: list[str]) -> dict[str, list[float]]:
+    """Each fresh node's usual seq read, its sentinel's yardstick: its own baseline history
+    of the full probe, or of the triage for a node only ever triaged."""
+    from screener.pipeline import own_history  # app (the transport) imports it anyway
+
+    now = datetime.now(UTC)
+    usual = own_history(records.store, fresh, policy, now)
+    if policy.prolog.triage:
+        from screener.hooks.triage import triage_policy
+
+        short = own_history(records.store, fresh, triage_policy(policy), now)
+        usual = {n: usual.get(n) or short.get(n, []) for n in fresh}
+    return usual
+
+
+def _fast_path(
+    policy: Policy,
+    job: SlurmJob,
+    records: SlurmRecords | None,
+    passed: dict[str, datetime],
+    notes: dict[str, str],
+    log: HookLog,
+    beside: bool = False,
+) -> None:
+    """Log and record the nodes that joined the job on the fast path (so `accuracy` knows
+    they joined it screened OK), with what their sentinel read (``notes``)."""
+    pp = policy.prolog
+    checked = ", sentinel as usual" + (" (beside the screen)" if beside else "") if notes else ""
+    log(f"fast path: {fold_nodes(list(passed))} passed within {pp.fresh_s:g}s{checked}, not probed")
+    if records is not None:
+        records.record_fast_path(passed, job.job_id, datetime.now(UTC), pp.fresh_s, notes)
 
 
 def _act(

@@ -91,12 +91,18 @@ class StepProber:
         self.local = LocalTransport()  # srun runs here, cancellable, with the run tag
 
     async def probe(
-        self, nodes: Sequence[str], round_no: int, stop_at: float | None
+        self,
+        nodes: Sequence[str],
+        round_no: int,
+        stop_at: float | None,
+        jobs: Sequence[str] | None = None,
     ) -> dict[str, Rounds]:
+        """The step runs the whole recipe on held nodes (``jobs`` is for the others): the
+        sweep confirms in full, as it probes in full."""
         held = [n for n in nodes if n in self.held]
         others = [n for n in nodes if n not in self.held]
         by_step, by_ssh = await asyncio.gather(
-            self._step(held), self.ssh.probe(others, round_no, stop_at)
+            self._step(held), self.ssh.probe(others, round_no, stop_at, jobs)
         )
         return {**by_step, **by_ssh}
 

@@ -128,13 +128,20 @@ def escalation(
     doubtful are under a third of the screen (two nodes at 0.43x beside three references
     widened the peer spread until both passed); ([], []) if none."""
     unsure = ambiguous(summary, policy, reprobed)
-    doubt = [*unsure, *(n for n in also if n not in unsure)]
+    return with_references(summary, policy, [*unsure, *(n for n in also if n not in unsure)])
+
+
+def with_references(
+    summary: RunSummary, policy: Policy, doubt: Sequence[str]
+) -> tuple[list[str], list[str]]:
+    """(``doubt``, references for their full probe from ``summary``'s healthy nodes):
+    escalation's sizing, also for fresh nodes whose sentinel failed beside a screen."""
     if not doubt:
         return [], []
     vp = policy.verdict
     want = max(vp.confirm_references, vp.min_peers, 2 * len(doubt) + 1)
     refs = [n for n in references(summary, want + len(doubt)) if n not in doubt]
-    return doubt, refs[:want]
+    return list(doubt), refs[:want]
 
 
 def full_probe_fits(policy: Policy, left_s: float) -> bool:

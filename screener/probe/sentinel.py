@@ -31,6 +31,7 @@ def sentinel_argv(policy: ProbePolicy, runtime_s: float, fio: str = "fio") -> li
         fio,
         "--output-format=json+",  # parse_fio reads it, like the probe's
         "--eta=never",  # no progress lines mixed into the JSON
+        "--clocksource=clock_gettime",  # no TSC calibration at start (~70 ms), as the probe
         # Open the file read-only and refuse to extend or lay it out: a missing or short
         # file is an error (-> full probe), never a buffered write on the fast path.
         "--readonly",

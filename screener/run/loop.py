@@ -29,6 +29,10 @@ AfterScreen = Callable[[Transport, "ScreenResult"], Awaitable[None]]
 # Builds the run's prober from its transport and node locks (the sweep's Slurm step);
 # None: pipeline.TransportProber.
 MakeProber = Callable[[Transport, ProbeLocks | None], Prober]
+# Runs beside the screen, in its event loop and over its transport, and is awaited before
+# the after-step: the prolog's sentinels of a job's fresh nodes while the others are
+# probed. It must not raise (its own failures are its results).
+Beside = Callable[[Transport], Awaitable[None]]
 
 
 def run_loop(
@@ -44,6 +48,7 @@ def run_loop(
     after: AfterScreen | None = None,
     prober: MakeProber | None = None,
     run_info: Mapping[str, object] | None = None,
+    beside: Beside | None = None,
 ) -> ScreenResult:
     """The event loop of one screen, with SIGTERM turned into a clean stop."""
     terminated: list[int] = []
@@ -61,7 +66,10 @@ def run_loop(
 
         loop.add_signal_handler(signal.SIGTERM, on_term)
         transport = make_transport(policy.transport)
+        side: asyncio.Future[None] | None = None
         try:
+            if beside is not None:
+                side = asyncio.ensure_future(beside(transport))
             await recover(transport, policy, store)
             # issue 11: no node probed by two runs at once (store.locks)
             with probe_locks(store.store if store is not None else None) as node_locks:
@@ -81,6 +89,8 @@ def run_loop(
                     run_info=run_info,
                 )
             result = settled(result, store)
+            if side is not None:
+                await side
             if after is not None:
                 await after(transport, result)
             return result
@@ -92,6 +102,10 @@ def run_loop(
                     await kill_tagged(transport, nodes, tag)
             raise
         finally:
+            if side is not None and not side.done():  # the screen failed or was stopped
+                side.cancel()
+                with contextlib.suppress(BaseException):
+                    await side
             loop.remove_signal_handler(signal.SIGTERM)
             signal.signal(signal.SIGTERM, previous)  # remove_signal_handler set SIG_DFL
             await transport.close()

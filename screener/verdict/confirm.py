@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
+from screener.policy import VerdictPolicy
 from screener.probe_data import RunSummary, Status, Verdict
 from screener.verdict.rules import fmt_ratio
 
@@ -20,6 +21,14 @@ BORDERLINE_TAG = "borderline"
 # not figures to compare, and a stall mode seen once is evidence a passing re-probe cannot
 # undo (stalls are intermittent); it stays DEGRADED and the next screen probes it again.
 NOT_SUSPECT_TAGS = frozenset({"facts", "read_timeout", "stalls", "shadow:stalls"})
+
+# Findings the sequential read alone can confirm (its bandwidth against peers, the floor,
+# the node's own history, a close call), those that need the 4 KiB random read, and those
+# that need the write (the write/read ratio needs both). Any other finding (a latency
+# tail, slow I/Os, iostat r_await: either read job's) is confirmed by the whole recipe.
+SEQ_READ_TAGS = frozenset({"peer_read", "abs_read", "history", "close_call"})
+RAND_READ_TAGS = frozenset({"peer_rand", "abs_rand"})
+WRITE_TAGS = frozenset({"peer_write", "abs_write", "ratio"})
 
 
 def is_suspect(v: Verdict) -> bool:
@@ -37,6 +46,62 @@ def counts_as_slow(v: Verdict) -> bool:
 def suspects(summary: RunSummary) -> list[str]:
     """Nodes to re-probe before any verdict is final."""
     return [v.node for v in summary.verdicts if is_suspect(v)]
+
+
+def confirm_jobs(summary: RunSummary, again: Sequence[str], jobs: Sequence[str]) -> tuple[str, ...]:
+    """The fio jobs of a confirmation round: per suspect in ``again`` the fewest of the
+    recipe's ``jobs`` that can confirm one of its findings, their union in recipe order.
+    A node reading at 1/20 fires nearly every read rule; its slow sequential read alone
+    confirms it, so the round skips the write and the random read (issue 22). The
+    sequential read is always run: a probe without it is not usable."""
+    signals = {v.node: set(v.signals) for v in summary.verdicts}
+    need = {"seq_read"}
+    for node in again:
+        tags = signals.get(node, set())
+        if tags & SEQ_READ_TAGS:
+            continue
+        if tags & RAND_READ_TAGS and "rand_read" in jobs:
+            need.add("rand_read")
+        elif tags & WRITE_TAGS and "seq_write" in jobs:
+            need.add("seq_write")
+        else:
+            return tuple(jobs)
+    return tuple(j for j in jobs if j in need)
+
+
+def decisive(summary: RunSummary, usable: int, policy: VerdictPolicy) -> list[str]:
+    """Suspects round 1 already decided (``decisive_ratio``; 0 = none): SLOW_READ on the
+    peer rules of both read jobs, the sequential read and then the 4 KiB random read, each
+    at or below that fraction of the round's own peer median, among at least ``min_peers``
+    usable nodes (no borrowed fleet figures) and no shared cause. Two windows one after
+    the other, each ten times below the peers, are the evidence a re-probe would add (the
+    lowest healthy node of 540 prolog verdicts read 0.72x)."""
+    level = policy.decisive_ratio
+    read, rand = summary.peer_read_median_mb_s, summary.peer_rand_median_iops
+    if level <= 0 or summary.shared_cause or usable < policy.min_peers or not read or not rand:
+        return []
+    return [
+        v.node
+        for v in summary.verdicts
+        if v.status == Status.SLOW_READ
+        and {"peer_read", "peer_rand"} <= set(v.signals)
+        and v.read_mb_s is not None
+        and v.rand_read_iops is not None
+        and v.read_mb_s <= level * read
+        and v.rand_read_iops <= level * rand
+    ]
+
+
+def decided(summary: RunSummary, nodes: Sequence[str], level: float) -> RunSummary:
+    """``summary`` with the ``nodes`` decisive() chose confirmed by round 1, said so."""
+    said = f"[decisive in round 1: seq read and 4k rand read both <= {level:g}x the peer medians]"
+    return replace(
+        summary,
+        verdicts=tuple(
+            replace(v, confirmed=True, reason=f"{v.reason} {said}") if v.node in nodes else v
+            for v in summary.verdicts
+        ),
+    )
 
 
 def references(summary: RunSummary, count: int) -> list[str]:
@@ -84,11 +149,13 @@ def confirm(
         if not is_suspect(v) or v.node not in again:
             merged.append(v)
             continue
-        v2 = again[v.node]
+        v2 = _round1_figures(again[v.node], v)
         now = _label(v2.reason, r2)
         if counts_as_slow(v2):  # a close call again is weighed below, with both rounds
             text = f"confirmed: {now} [{basis}; {_round1(v, first)}]"
-            merged.append(replace(v2, confirmed=True, reason=text))
+            kept = _skipped_findings(v, again[v.node])
+            signals = (*v2.signals, *(t for t in kept if t not in v2.signals))
+            merged.append(replace(v2, confirmed=True, reason=text, signals=signals))
         elif v2.status == Status.UNKNOWN:
             text = f"suspect ({_label(v.reason, 'round-1')}) but re-probe: {now} [{basis}]"
             merged.append(replace(v2, reason=text))
@@ -121,6 +188,34 @@ def confirm(
         shared_cause=shared.shared_cause,
         shared_cause_reason=shared.shared_cause_reason,
     )
+
+
+def _round1_figures(v2: Verdict, v1: Verdict) -> Verdict:
+    """A re-probe's verdict with the figures of the jobs it did not run (confirm_jobs: the
+    write, the random read) taken from round 1, so the table still shows them."""
+    if v2.read_mb_s is None:  # the re-probe measured nothing: no figures to complete
+        return v2
+    if v2.write_mb_s is None:
+        v2 = replace(v2, write_mb_s=v1.write_mb_s, ratio=v1.ratio)
+    if v2.rand_read_iops is None:
+        v2 = replace(
+            v2,
+            rand_read_iops=v1.rand_read_iops,
+            rand_read_p99_ms=v1.rand_read_p99_ms,
+            z_rand=v1.z_rand,
+        )
+    return v2
+
+
+def _skipped_findings(v1: Verdict, v2: Verdict) -> tuple[str, ...]:
+    """Round 1's findings on the jobs a re-probe did not run (the write, the random read):
+    a confirmed node keeps them beside the figures _round1_figures keeps."""
+    skipped: set[str] = set()
+    if v2.write_mb_s is None:
+        skipped |= WRITE_TAGS
+    if v2.rand_read_iops is None:
+        skipped |= RAND_READ_TAGS
+    return tuple(t for t in v1.signals if t in skipped)
 
 
 def _read_ratio(v: Verdict) -> float | None:
