@@ -462,7 +462,7 @@ async def screen(
         final = {p.node: p for p in first}
         longest = [_longest(got)]
         again = suspects(summary) if policy.verdict.confirm else []
-        usable = sum(1 for p in first if p.usable)
+        usable = sum(1 for p in first if p.usable) if again else 0
         if again and (sure := decisive(summary, usable, policy.verdict)):
             summary = decided(summary, sure, policy.verdict.decisive_ratio)
             again = [n for n in again if n not in sure]

@@ -251,13 +251,9 @@ def _screen_job(
     def fresh_checked() -> None:
         """Log and record the sentinels that read beside the screen: the passed ones took
         the fast path; the failed ones were screened after it (or, no budget, said so)."""
-        for r in sent:
-            if not r.passed:
-                log(f"{r.node}: {r.reason}: full probe")
-        passed = {r.node: last[r.node] for r in sent if r.passed}
+        passed, _, said = _sentinel_outcome(sent, log)
         if passed:
-            said = {r.node: r.reason for r in sent}
-            _fast_path(policy, job, records, passed, said, log, beside=True)
+            _fast_path(policy, job, records, {n: last[n] for n in passed}, said, log, True)
 
     if probe:
         left = pp.budget_s - (time.monotonic() - t0) - DECIDE_RESERVE_S
@@ -326,11 +322,21 @@ def _sentinels(
 
     usual = _usual(policy, records, fresh)
     results = asyncio.run(sentinel_then_iostat(policy, job, fresh, usual, bool(probe), log))
-    failed = [r for r in results if not r.passed]
-    for r in failed:
-        log(f"{r.node}: {r.reason}: full probe")
-    skip = [r.node for r in results if r.passed]
-    return skip, [*probe, *(r.node for r in failed)], {r.node: r.reason for r in results}
+    skip, failed, notes = _sentinel_outcome(results, log)
+    return skip, [*probe, *failed], notes
+
+
+def _sentinel_outcome(
+    results: list[SentinelResult], log: HookLog
+) -> tuple[list[str], list[str], dict[str, str]]:
+    """(passed, failed, what each read): each failed node is logged as going to the full
+    probe."""
+    for r in results:
+        if not r.passed:
+            log(f"{r.node}: {r.reason}: full probe")
+    passed = [r.node for r in results if r.passed]
+    failed = [r.node for r in results if not r.passed]
+    return passed, failed, {r.node: r.reason for r in results}
 
 
 def _usual(policy: Policy, records: SlurmRecords, fresh: list[str]) -> dict[str, list[float]]:

@@ -149,11 +149,10 @@ def confirm(
         if not is_suspect(v) or v.node not in again:
             merged.append(v)
             continue
-        v2 = _round1_figures(again[v.node], v)
+        v2, kept = _round1_for_skipped(again[v.node], v)
         now = _label(v2.reason, r2)
         if counts_as_slow(v2):  # a close call again is weighed below, with both rounds
             text = f"confirmed: {now} [{basis}; {_round1(v, first)}]"
-            kept = _skipped_findings(v, again[v.node])
             signals = (*v2.signals, *(t for t in kept if t not in v2.signals))
             merged.append(replace(v2, confirmed=True, reason=text, signals=signals))
         elif v2.status == Status.UNKNOWN:
@@ -190,13 +189,17 @@ def confirm(
     )
 
 
-def _round1_figures(v2: Verdict, v1: Verdict) -> Verdict:
-    """A re-probe's verdict with the figures of the jobs it did not run (confirm_jobs: the
-    write, the random read) taken from round 1, so the table still shows them."""
-    if v2.read_mb_s is None:  # the re-probe measured nothing: no figures to complete
-        return v2
+def _round1_for_skipped(v2: Verdict, v1: Verdict) -> tuple[Verdict, tuple[str, ...]]:
+    """A re-probe's verdict with round 1's figures for the jobs it did not run
+    (confirm_jobs: the write, the random read), so the table still shows them, and round
+    1's findings on those jobs (a confirmed node keeps them). A re-probe that measured
+    nothing is left as it is."""
+    if v2.read_mb_s is None:
+        return v2, ()
+    skipped: set[str] = set()
     if v2.write_mb_s is None:
         v2 = replace(v2, write_mb_s=v1.write_mb_s, ratio=v1.ratio)
+        skipped |= WRITE_TAGS
     if v2.rand_read_iops is None:
         v2 = replace(
             v2,
@@ -204,18 +207,8 @@ def _round1_figures(v2: Verdict, v1: Verdict) -> Verdict:
             rand_read_p99_ms=v1.rand_read_p99_ms,
             z_rand=v1.z_rand,
         )
-    return v2
-
-
-def _skipped_findings(v1: Verdict, v2: Verdict) -> tuple[str, ...]:
-    """Round 1's findings on the jobs a re-probe did not run (the write, the random read):
-    a confirmed node keeps them beside the figures _round1_figures keeps."""
-    skipped: set[str] = set()
-    if v2.write_mb_s is None:
-        skipped |= WRITE_TAGS
-    if v2.rand_read_iops is None:
         skipped |= RAND_READ_TAGS
-    return tuple(t for t in v1.signals if t in skipped)
+    return v2, tuple(t for t in v1.signals if t in skipped)
 
 
 def _read_ratio(v: Verdict) -> float | None:
