@@ -8,12 +8,17 @@ Cases, each with a new SQLite store (no fresh verdicts: every prolog probes):
 - slow: node01 reads at 1/20 of the 300 MB/s pace; the prolog drains it, Slurm requeues
   the job, the second prolog lets the 7 fresh nodes in (sentinel) and probes node09.
 
+A "+rolling" mode first runs one rolling sweep over the 10 healthy idle nodes (`screener
+sweep --submit --rolling --wait`, rolling_nodes 10: what the rolling timer keeps true), so
+every node is fresh when the job is submitted; in the slow case node01 turns slow after
+it (its sentinel catches it). The rolling job's own wall is reported apart, not counted.
+
 Devices are paced at 300 MB/s (tests/hooked_cluster.PACE) so the device, not the 2 shared
 cores, sets each node's rate. The probe files are laid out once before the first case
 (a site pays that once per node). Writes bench/results/time_to_start.json.
 
     .venv/bin/python bench/time_to_start.py [--repeat 2]
-        [--modes off,on,on+write,on+norand,on+confirmall,on+decisive,off+confirmall,on:1M]
+        [--modes off,on,on+write,on+norand,on+confirmall,on+decisive,on+rolling,on:1M]
         [--size-mib 512] [--out F]
 """
 
@@ -36,11 +41,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from deploy.minicluster import ClusterHandle
 from screener import __version__
+from screener.hostlist import fold_nodes
 from tests.hooked_cluster import (
     PACE,
+    REPO,
     SCREENER,
     hooked_cluster,
     pace_devices,
+    run_screener,
     sbatch,
     wait_job,
     write_config,
@@ -84,6 +92,7 @@ def config(
         prolog=prolog,
         transport={"command_timeout_s": 120.0},
         verdict={"confirm_every_job": confirm_all, "decisive_ratio": 0.1 if decisive else 0.0},
+        sweep={"rolling_nodes": NODES},  # +rolling: one rolling job makes every node fresh
     )
 
 
@@ -95,6 +104,19 @@ def script(out: Path) -> Path:
         f'srun hostname > {out}/hosts-"$SLURM_JOB_ID"\n'
     )
     return path
+
+
+def rolling(cluster: ClusterHandle, cfg: Path, out: Path) -> float:
+    """One rolling sweep over every idle node (all healthy); its wall (submit -> end)."""
+    t0 = time.monotonic()
+    res = run_screener(
+        cluster, cfg, "sweep", "--submit", "--wait", "--rolling",
+        "--script", str(REPO / "jobs" / "sweep.sbatch"), cwd=out,
+    )  # fmt: skip
+    logs = "".join(p.read_text() for p in sorted(out.glob("slurm-*.out")))
+    if res.returncode != 0 or f"holds {fold_nodes(cluster.nodes)}" not in logs:
+        raise SystemExit(f"the rolling sweep did not hold every node: {res.stderr}{logs}")
+    return round(time.monotonic() - t0, 1)
 
 
 def case(
@@ -127,6 +149,7 @@ def case(
     )
     cluster.reset()
     pace_devices(cluster, list(cluster.nodes))
+    rolled = rolling(cluster, cfg, out) if "rolling" in plus else None
     if slow:
         cluster.inject(cluster.nodes[0], "slow_read", SLOW)
     t0 = time.time()
@@ -146,6 +169,7 @@ def case(
         "last_prolog_wall_s": walls[-1] if walls else None,
         "ran_on": sorted((out / f"hosts-{job_id}").read_text().split()),
         "escalated": "after the triage, beside" in text,
+        "rolling_wall_s": rolled,
         "log": text.splitlines(),
     }
     print(
@@ -165,7 +189,8 @@ def main() -> int:
         default="off,on",
         help="triage modes to run: off, on, on:BS (triage_seq_bs = BS, e.g. on:1M); a"
         " +write suffix turns triage_write on (on+write), +norand triage_rand_read off,"
-        " +confirmall verdict.confirm_every_job on, +decisive verdict.decisive_ratio 0.1",
+        " +confirmall verdict.confirm_every_job on, +decisive verdict.decisive_ratio 0.1,"
+        " +rolling one rolling sweep over every node first (all fresh)",
     )
     ap.add_argument("--size-mib", type=int, default=PROBE["size_mib"], help="probe region")
     ap.add_argument("--out", type=Path, default=RESULTS, help="where the JSON goes")
@@ -174,11 +199,11 @@ def main() -> int:
     modes = [m for m in args.modes.split(",") if m]
     if any(
         m.split("+")[0].partition(":")[0] not in ("off", "on")
-        or not set(m.split("+")[1:]) <= {"write", "norand", "confirmall", "decisive"}
+        or not set(m.split("+")[1:]) <= {"write", "norand", "confirmall", "decisive", "rolling"}
         for m in modes
     ):
         raise SystemExit(
-            "--modes: off, on or on:BS (+write, +norand, +confirmall, +decisive),"
+            "--modes: off, on or on:BS (+write, +norand, +confirmall, +decisive, +rolling),"
             f" not {args.modes!r}"
         )
     rows: list[dict[str, Any]] = []
@@ -210,14 +235,15 @@ def main() -> int:
     summary: dict[str, Any] = {}
     for name in ("healthy", "slow"):
         for mode in modes:
-            got = [r for r in rows if r["case"] == name and r["triage"] == mode]
+            mine = [r for r in rows if r["case"] == name and r["triage"] == mode]
             key = f"{name}_triage_{mode.replace(':', '_').replace('+', '_')}"
-            starts = [r["submit_to_start_s"] for r in got]
+            starts = [r["submit_to_start_s"] for r in mine]
             summary[key] = {
                 "submit_to_start_s_median": statistics.median(starts),
                 "runs": starts,
-                "last_prolog_wall_s": [r["last_prolog_wall_s"] for r in got],
-                "slow_node_kept_out": all("node01" not in r["ran_on"] for r in got)
+                "last_prolog_wall_s": [r["last_prolog_wall_s"] for r in mine],
+                "rolling_wall_s": [r["rolling_wall_s"] for r in mine],
+                "slow_node_kept_out": all("node01" not in r["ran_on"] for r in mine)
                 if name == "slow"
                 else None,
             }

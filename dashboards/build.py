@@ -243,7 +243,7 @@ def coverage_panels(y: int) -> list[Panel]:
             FROM nodes n
             LEFT JOIN LATERAL (
               SELECT v.started_at AS at FROM verdicts v JOIN runs r ON r.id = v.run_id
-              WHERE v.node_id = n.id AND r.trigger = 'sweep'
+              WHERE v.node_id = n.id AND r.trigger IN ('sweep', 'rolling')
               ORDER BY v.started_at DESC LIMIT 1
             ) s ON true
             ORDER BY s.at ASC NULLS FIRST, n.name LIMIT 100
@@ -382,7 +382,7 @@ def flaky() -> dict[str, Any]:
     sql = """
         SELECT n.name AS node, count(*) AS episodes,
           count(*) FILTER (WHERE e."trigger" = 'prolog') AS prolog,
-          count(*) FILTER (WHERE e."trigger" = 'sweep') AS sweep,
+          count(*) FILTER (WHERE e."trigger" IN ('sweep', 'rolling')) AS sweep,
           count(*) FILTER (WHERE e."trigger" = 'job') AS in_job,
           min(e.started_at) AS first_seen,
           max(coalesce(e.ended_at, e.started_at)) AS last_seen,

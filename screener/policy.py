@@ -191,6 +191,12 @@ class SweepPolicy:
     # A node without a sweep verdict this many hours (sweeps running that long) is soft-
     # drained by the sweep, probed once idle, resumed at once if it passes (0 = off).
     max_age_h: float = 0.0
+    # The rolling sweep (`sweep --submit --rolling`, issue 22): a small low-priority job over
+    # the idle nodes whose last pass is older than rolling_age_s (or that never passed), so
+    # the prolog finds them fresh (prolog.fresh_s) and takes its fast path.
+    rolling_nodes: int = 4  # at most this many nodes per rolling job
+    rolling_age_s: float = 1800.0  # re-probe an idle node this long after its last pass
+    rolling_nice: int = 10000  # sbatch --nice: every user job waiting for a node goes first
 
 
 @dataclass(frozen=True)
@@ -394,6 +400,9 @@ _BOUNDS: dict[str, tuple[float, float, bool]] = {
     "sweep.deep_max_rounds": (2, 10_000, False),
     "sweep.deep_window": (2, 1000, False),
     "sweep.max_age_h": (0, 36500 * 24, False),
+    "sweep.rolling_nodes": (1, 100_000, False),
+    "sweep.rolling_age_s": (0, _YEAR, False),
+    "sweep.rolling_nice": (0, 2_147_483_645, False),
     "sweep.deep_max_excursion": (0, 10, True),
     "sweep.deep_max_slope": (0, 10, True),
     "ingest.min_phase_s": (0, _DAY, False),

@@ -17,6 +17,7 @@ class Trigger(enum.StrEnum):
     SWEEP = "sweep"
     MANUAL = "manual"
     JOB = "job"  # what a screened job itself showed (in-job iostat, ingested results)
+    ROLLING = "rolling"  # the rolling sweep: a few idle nodes at a time (sweep --rolling)
 
 
 class Status(enum.StrEnum):

@@ -24,6 +24,7 @@ from sqlalchemy import func, select
 
 from deploy.minicluster import ClusterHandle
 from deploy.minicluster.procs import cgroup_path
+from screener.hostlist import fold_nodes
 from screener.policy import load_policy
 from screener.probe.fio import probe_file, recipe_fingerprint
 from screener.probe_data import Status, Trigger
@@ -322,3 +323,62 @@ def test_a_never_idle_node_is_soft_drained_probed_once_idle_and_resumed(
     assert events[-1][1] == "passed the check it was due"
     assert verdict.status is Status.OK
     assert episodes == 0  # drained to be checked, never found slow: no slow episode
+
+
+def test_rolling_jobs_hold_the_due_nodes_and_the_prolog_finds_them_fresh(
+    site: dict[str, Any],
+) -> None:
+    """`sweep --submit --rolling` (issue 22): each job holds at most rolling_nodes idle nodes,
+    never-judged first; a slow one is drained like in any sweep; once every idle node passed
+    within rolling_age_s nothing is submitted; a rolling job never probes a screener-drained
+    node (the nightly sweep's); a screened job on rolled nodes takes the fast path."""
+    cluster = site["cluster"]
+    nodes = cluster.nodes
+    sweep = {"rolling_nodes": 3}
+    write_config(site["config"], cluster, site["db"], site["log"], probe=SHORT, sweep=sweep)
+    cluster.inject(nodes[4], "slow_read", "20M")
+    first = _sweep(site, "--rolling")
+    assert f"holds {fold_nodes(nodes[:3])}: live, one round per node, rolling" in first, first
+    second = _sweep(site, "--rolling")
+    assert f"holds {fold_nodes(nodes[3:])}: live, one round per node, rolling" in second
+    assert "DRAIN" in sinfo_nodes(cluster)[nodes[4]]["state_flags"], second
+    with open_store(site["db"]) as store:
+        runs = store.latest_runs(2)
+        assert all(r.trigger == Trigger.ROLLING for r in runs)
+        judged = {v.node: v.status for r in runs for v in store.run_verdicts(r.id)}
+    assert judged == {n: Status.SLOW_READ if n == nodes[4] else Status.OK for n in nodes}
+
+    third = _sweep(site, "--rolling")
+    assert "every idle node passed within 1800 s: nothing submitted" in third, third
+    write_config(  # every idle node due again: the drained one is still not probed
+        site["config"], cluster, site["db"], site["log"], probe=SHORT,
+        sweep={**sweep, "rolling_age_s": 0},
+    )  # fmt: skip
+    fourth = _sweep(site, "--rolling")
+    assert "probed over SSH" not in fourth, fourth
+    with open_store(site["db"]) as store:
+        run = store.latest_runs(1)[0]
+        assert {p.node for p in store.run_probes(run.id)} == set(nodes[:3]), fourth
+
+    job_id = sbatch(
+        cluster, "-N", "2", "-w", fold_nodes(nodes[:2]), "-o", str(site["out"] / "job-%j.txt"),
+        "--comment", "screener=on", "--wrap", "hostname",
+    )  # fmt: skip
+    job = wait_job(cluster, job_id)
+    log = site["log"].read_text()
+    assert job["job_state"] == "COMPLETED", log
+    assert f"fast path: {fold_nodes(nodes[:2])} passed within" in log, log
+
+
+def test_no_rolling_job_is_submitted_while_one_still_waits(site: dict[str, Any]) -> None:
+    """A rolling job that waits for its nodes (a user job took one first) is enough: the
+    next call submits nothing, so low-priority jobs never pile up in the queue."""
+    cluster = site["cluster"]
+    write_config(site["config"], cluster, site["db"], site["log"], probe=SHORT)
+    waiting = sbatch(
+        cluster, "--hold", "--job-name=screener-rolling", "-o", "/dev/null", "--wrap", "true"
+    )
+    log = _sweep(site, "--rolling")
+    assert f"rolling job {waiting} still waits for its nodes: nothing submitted" in log, log
+    with open_store(site["db"], upgrade=True) as store:
+        assert store.latest_runs(1) == []

@@ -13,7 +13,13 @@ import pytest
 
 ROOT = Path(__file__).parent.parent
 UNITS = ROOT / "deploy" / "systemd"
-NAMES = ("screener-exporter.service", "screener-sweep.service", "screener-sweep.timer")
+NAMES = (
+    "screener-exporter.service",
+    "screener-sweep.service",
+    "screener-sweep.timer",
+    "screener-rolling.service",
+    "screener-rolling.timer",
+)
 SYSTEM_UNITS = Path("/usr/lib/systemd/system")
 
 
@@ -88,3 +94,18 @@ def test_sweep_timer_submits_the_sweep_spread_and_persistent() -> None:
     assert " sweep --submit --script /opt/screener/jobs/sweep.sbatch" in service["ExecStart"]
     assert service["User"] == "screener"
     assert service["NoNewPrivileges"] == "yes"
+
+
+def test_rolling_timer_submits_a_rolling_sweep_every_few_minutes() -> None:
+    """The rolling sweep (issue 22): the same service as the nightly one but --rolling, on a
+    short repeating timer; its hardening is the sweep service's."""
+    timer = _unit("screener-rolling.timer")["Timer"]
+    assert timer["OnUnitActiveSec"] == "5min" and timer["OnBootSec"] == "5min"
+    assert timer["Unit"] == "screener-rolling.service"
+    service = _unit("screener-rolling.service")["Service"]
+    nightly = _unit("screener-sweep.service")["Service"]
+    assert " sweep --submit --rolling --script /opt/screener/jobs/sweep.sbatch" in (
+        service["ExecStart"]
+    )
+    same = ("User", "NoNewPrivileges", "ProtectSystem", "SystemCallFilter", "WorkingDirectory")
+    assert {k: service[k] for k in same} == {k: nightly[k] for k in same}

@@ -44,6 +44,11 @@ def register(sub: Subparsers) -> None:
     sw.add_argument("--wait", action="store_true", help="with --submit: wait for the sweep")
     sw.add_argument("--deep", action="store_true", help="SNIA-style steady-state rounds")
     sw.add_argument(
+        "--rolling",
+        action="store_true",
+        help="only the idle nodes due ([sweep] rolling_nodes, rolling_age_s), low priority",
+    )
+    sw.add_argument(
         "--dry-run", action="store_true", help="never drain nor resume (records would_*)"
     )
     # Also after `sweep`: jobs/sweep.sbatch hands the submitter's --config on this way.
@@ -179,7 +184,10 @@ def sweep(args: argparse.Namespace, console: Console) -> int:
         raise ConfigError("--wait and --script go with --submit (inside the job: neither)")
     policy = _policy(args)
     mode = SweepMode(
-        dry_run=policy.slurm.dry_run, deep=args.deep, config=config_in_force(args.config)
+        dry_run=policy.slurm.dry_run,
+        deep=args.deep,
+        config=config_in_force(args.config),
+        rolling=args.rolling,
     )
     log = HookLog("screener sweep", policy.prolog.log_file)
     if args.submit:

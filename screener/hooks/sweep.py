@@ -96,6 +96,8 @@ class Sweep:
         self.client = client
         self.log = log
         self.mode = mode
+        # a rolling job's runs are its own: "did last night's sweep finish" is not its answer
+        self.trigger = Trigger.ROLLING if mode.rolling else Trigger.SWEEP
 
     def run(self, store: Store | None, unavailable: str | None) -> ScreenResult:
         """Pick the nodes, screen them with the screen's loop, then act (after the verdicts,
@@ -106,7 +108,7 @@ class Sweep:
             actions.finish_pending(self.client, records, datetime.now(UTC), self.log, current=every)
         drained = (
             []
-            if records is None
+            if records is None or self.mode.rolling  # the nightly sweep's to probe, resume
             else [n for n in every.values() if n.name not in self.held and _ours(n, records)]
         )
         if drained:
@@ -124,7 +126,7 @@ class Sweep:
         return app.run_screen(
             self.held + [n.name for n in drained],
             self.policy,
-            trigger=Trigger.SWEEP,
+            trigger=self.trigger,
             job_id=self.job_id,
             store=store,
             db_unavailable=unavailable,
@@ -167,7 +169,7 @@ class Sweep:
                 held_summary, run_id, len(self.held), partition, records, policy, now
             )
             actions.apply_drains(
-                plan, self.client, records, run_id, Trigger.SWEEP, self.job_id, now, dry_run, log
+                plan, self.client, records, run_id, self.trigger, self.job_id, now, dry_run, log
             )
         if dry_run and plan.guard is None:
             for node, reason in plan.drain:  # what a live sweep would have done, on record
@@ -175,7 +177,9 @@ class Sweep:
         for v in summary.verdicts:
             if v.node in drained_names and not self._checked(records, run_id, v, summary, dry_run):
                 self._maybe_resume(records, run_id, v.node, v.status, dry_run)
-        if policy.sweep.max_age_h > 0:  # busy nodes no sweep reached for that long
+        if (
+            policy.sweep.max_age_h > 0 and not self.mode.rolling
+        ):  # busy nodes no sweep reached for that long
             unheld = [n for n in partition if n not in self.held and n not in drained_names]
             drain_due(
                 policy, self.client, records, every, partition, unheld, run_id, now, dry_run, log

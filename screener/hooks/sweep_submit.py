@@ -6,9 +6,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 from screener.errors import ConfigError
+from screener.hooks.sweep_rolling import due_nodes, rolling_argv, time_limit_min
 from screener.hooks.sweep_step import step_timeout_s
 from screener.hostlist import fold_nodes
 from screener.policy import Policy
@@ -16,6 +18,7 @@ from screener.process import run_command
 from screener.slurm import SlurmNode, select_client
 
 QUEUE_SLACK_S = 600.0  # --wait: the job may queue, the DB and SSH probes need their time
+ROLLING_SLACK_S = 60.0  # a rolling job's time limit: both rounds' bound plus bookkeeping
 PASSES_ARGS = '"$@"'  # a sweep script must hand its arguments on to `screener sweep`
 
 
@@ -26,6 +29,7 @@ class SweepMode:
     dry_run: bool = False  # decide and record (would_drain / would_resume), change nothing
     deep: bool = False  # rounds until steady state or sweep.deep_max_rounds
     config: str | None = None  # the policy file in force (None: built-in defaults)
+    rolling: bool = False  # the held nodes only (hooks/sweep_rolling.py)
 
     def job_args(self) -> list[str]:
         """`screener sweep` arguments that reproduce this mode inside the job."""
@@ -33,6 +37,7 @@ class SweepMode:
             *(["--config", self.config] if self.config else []),
             *(["--dry-run"] if self.dry_run else []),
             *(["--deep"] if self.deep else []),
+            *(["--rolling"] if self.rolling else []),
         ]
 
     def describe(self, policy: Policy) -> str:
@@ -43,13 +48,23 @@ class SweepMode:
             f"deep (steady over {sw.deep_window} rounds, at most {sw.deep_max_rounds})"
             if self.deep
             else "one round per node",
+            *(
+                ["rolling (the held nodes only: drained ones wait for the nightly sweep)"]
+                if self.rolling
+                else []
+            ),
             f"config {self.config}" if self.config else "config: built-in defaults",
         ]
         return ", ".join(parts)
 
     def as_dict(self) -> dict[str, object]:
         """Stored with the run (runs.policy["sweep_mode"]), shown by `screener show RUN`."""
-        return {"dry_run": self.dry_run, "deep": self.deep, "config": self.config}
+        return {
+            "dry_run": self.dry_run,
+            "deep": self.deep,
+            "config": self.config,
+            "rolling": self.rolling,
+        }
 
 
 def submit_argv(
@@ -112,7 +127,15 @@ def submit_sweep(
     if not nodes:
         log("no idle node to hold: nothing submitted")
         return 0
-    argv = submit_argv(nodes, script, wait, mode.job_args())
+    if mode.rolling:
+        nodes = due_nodes(policy, nodes, datetime.now(UTC), log)
+        if not nodes:
+            return 0
+        minutes = time_limit_min(2 * step_timeout_s(policy, mode.deep) + ROLLING_SLACK_S)
+        nice = policy.sweep.rolling_nice
+        argv = rolling_argv(nodes, script, wait, nice, minutes, mode.job_args())
+    else:
+        argv = submit_argv(nodes, script, wait, mode.job_args())
     log(f"submitting the sweep over {fold_nodes(nodes)} ({why}): {mode.describe(policy)}")
     res = run_command(argv, timeout=wait_timeout_s(policy, mode.deep) if wait else 60.0)
     if res.exit_status != 0:

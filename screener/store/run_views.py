@@ -85,7 +85,7 @@ def _flaky_row(name: str, eps: Sequence[Any], resumes: int) -> FlakyNodeRow:
         node=name,
         episodes=len(eps),
         prolog=by_trigger[Trigger.PROLOG.value],
-        sweep=by_trigger[Trigger.SWEEP.value],
+        sweep=by_trigger[Trigger.SWEEP.value] + by_trigger[Trigger.ROLLING.value],
         job=by_trigger[Trigger.JOB.value],
         manual=by_trigger[Trigger.MANUAL.value],
         first_seen=eps[0].started_at,
@@ -186,6 +186,7 @@ def sweep_mode(policy: Any) -> str | None:
     parts = [
         "dry run (nobody drained nor resumed)" if mode.get("dry_run") else "live",
         "deep" if mode.get("deep") else "one round per node",
+        *(["rolling"] if mode.get("rolling") else []),
         f"config {mode['config']}" if mode.get("config") else "config: built-in defaults",
     ]
     return ", ".join(parts)
@@ -255,15 +256,17 @@ def run_walls(store: Store, trigger: Trigger, since: datetime) -> list[float]:
 def sweep_reach(store: Store) -> tuple[datetime | None, dict[str, datetime]]:
     """When the first sweep started (None: never), and per node when its newest sweep
     verdict's run started: which nodes the sweeps reach, and how long ago. One grouped
-    scan of the sweeps' verdicts (the sweep runs it once a night)."""
+    scan of the sweeps' verdicts (the sweep runs it once a night). A rolling job's verdict
+    is a sweep verdict here: it checked the node the same way."""
     v, r = VerdictRecord, RunRecord
+    sweeps = (Trigger.SWEEP.value, Trigger.ROLLING.value)
     with store.reading("read when the sweeps last reached each node") as conn:
-        first = conn.scalar(select(func.min(r.started_at)).where(r.trigger == Trigger.SWEEP.value))
+        first = conn.scalar(select(func.min(r.started_at)).where(r.trigger.in_(sweeps)))
         rows = conn.execute(
             select(NodeRecord.name, func.max(v.started_at))
             .join(NodeRecord, NodeRecord.id == v.node_id)
             .join(r, r.id == v.run_id)
-            .where(r.trigger == Trigger.SWEEP.value)
+            .where(r.trigger.in_(sweeps))
             .group_by(NodeRecord.name)
         ).all()
     last = {name: aware(at, "started_at") for name, at in rows if at is not None}
