@@ -104,8 +104,9 @@ def test_rolling_timer_submits_a_rolling_sweep_every_few_minutes() -> None:
     assert timer["Unit"] == "screener-rolling.service"
     service = _unit("screener-rolling.service")["Service"]
     nightly = _unit("screener-sweep.service")["Service"]
-    assert " sweep --submit --rolling --script /opt/screener/jobs/sweep.sbatch" in (
-        service["ExecStart"]
+    assert (
+        " sweep --submit --rolling --script /opt/screener/jobs/sweep.sbatch"
+        in (service["ExecStart"])
     )
     same = ("User", "NoNewPrivileges", "ProtectSystem", "SystemCallFilter", "WorkingDirectory")
     assert {k: service[k] for k in same} == {k: nightly[k] for k in same}
