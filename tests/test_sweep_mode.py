@@ -382,3 +382,31 @@ def test_no_rolling_job_is_submitted_while_one_still_waits(site: dict[str, Any])
     assert f"rolling job {waiting} still waits for its nodes: nothing submitted" in log, log
     with open_store(site["db"], upgrade=True) as store:
         assert store.latest_runs(1) == []
+
+
+def test_a_node_slow_since_its_rolling_probe_is_caught_by_its_sentinel(
+    site: dict[str, Any],
+) -> None:
+    """Every node fresh from a rolling job (the full probe's figures only), then one turns
+    slow: its sentinel fails, and its triage reads beside fresh references (a triage alone,
+    with no peer of its recipe, passed it at 0.05x on the floors). It is drained and the
+    job runs on the healthy nodes."""
+    cluster = site["cluster"]
+    nodes = cluster.nodes
+    write_config(
+        site["config"], cluster, site["db"], site["log"], probe=SHORT,
+        sweep={"rolling_nodes": len(nodes)}, prolog={"triage": True},
+    )  # fmt: skip
+    _sweep(site, "--rolling")
+    cluster.inject(nodes[0], "slow_read", "20M")
+    job_id = sbatch(
+        cluster, "-N", "5", "-o", str(site["out"] / "job-%j.txt"),  # node[01-05] first
+        "--comment", "screener=on", "--wrap", "hostname",
+    )  # fmt: skip
+    job = wait_job(cluster, job_id)
+    log = site["log"].read_text()
+    assert f"{nodes[0]}: sentinel read" in log, log
+    assert f"{fold_nodes(nodes[1:5])}: fresh, triaged beside {nodes[0]} as references" in log
+    assert "DRAIN" in sinfo_nodes(cluster)[nodes[0]]["state_flags"], log
+    ran = set((site["out"] / f"job-{job_id}.txt").read_text().split())
+    assert job["job_state"] == "COMPLETED" and nodes[0] not in ran, (job, ran, log)

@@ -4,9 +4,18 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from screener.hooks.triage import ambiguous, escalation, full_probe_fits, plan, triage_policy
+from screener.hooks.prolog import _steadiest
+from screener.hooks.triage import (
+    ambiguous,
+    escalation,
+    fresh_references,
+    full_probe_fits,
+    plan,
+    triage_policy,
+)
 from screener.policy import Policy, PrologPolicy
 from screener.probe.fio import policy_jobs, probe_duration_s, recipe_fingerprint
+from screener.probe.sentinel import SentinelResult
 from screener.probe_data import RunSummary, Status, Verdict
 from screener.verdict.judge import evaluate
 from tests.test_verdict import POLICY, fleet
@@ -146,3 +155,30 @@ def test_held_nodes_are_triaged_when_the_budget_cannot_hold_their_full_probe() -
     tri, held, why = plan(NODES, 8, statuses, set(), ON, left_s=40.45)
     assert tri == NODES and held == [] and "no budget for a full probe" in why
     assert plan(NODES, 8, {}, set(), ON, left_s=1.0) == (NODES, [], "")  # nobody held back
+
+
+def test_a_triage_of_too_few_nodes_gets_fresh_references() -> None:
+    """A node whose sentinel failed, triaged alone, has no peer of the triage's recipe when
+    the fleet's recent figures are all the full probe's (a rolling sweep's): it passed at
+    0.05x on the floors alone. It now reads beside references: at least min_peers, and the
+    probed under a third of the round (escalation's sizing)."""
+    fresh = NODES[1:]
+    assert fresh_references(["node01"], fresh, 8, ON) == NODES[1:5]
+    assert fresh_references(["node01", "node02"], NODES[2:], 8, ON) == NODES[2:7]
+    assert fresh_references(NODES[:4], NODES[4:], 8, ON) == []  # enough peers of its own
+    assert fresh_references(["node01"], fresh, 8, Policy()) == []  # triage off: full probe
+    assert fresh_references(["node01"], ["node02", "node03"], 3, ON) == []  # small job
+    assert fresh_references(["node01"], ["node02"], 8, ON) == ["node02"]  # what there is
+    assert fresh_references([], fresh, 8, ON) == []
+
+
+def test_references_after_sentinels_are_those_that_read_most_as_usual() -> None:
+    mb = 1e6
+    results = [
+        SentinelResult("node01", False, "0.05x", 15 * mb, 300 * mb),
+        SentinelResult("node02", True, "ok", 240 * mb, 300 * mb),
+        SentinelResult("node03", True, "ok", 300 * mb, 290 * mb),
+        SentinelResult("node04", True, "ok", 330 * mb, 300 * mb),
+        SentinelResult("node05", True, "no figure", None, None),
+    ]
+    assert _steadiest(results) == ["node03", "node04", "node02", "node05"]

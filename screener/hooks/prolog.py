@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import os
 import signal
 import subprocess
@@ -197,11 +198,16 @@ def _screen_job(
     sent: list[SentinelResult] = []  # the sentinels that read beside the others' screen
     beside: Beside | None = None
     if skip and records is not None and pp.sentinel:
-        if probe:  # the others are probed anyway: the sentinels read beside them (issue 22)
+        if probe:  # a triage of a few nodes gets references: the freshest passes
+            freshest = sorted(skip, key=lambda n: last[n], reverse=True)
+            skip, probe = _with_references(policy, job, freshest, probe, log)
+        if probe and skip:  # the others are probed anyway: sentinels read beside (issue 22)
             beside = sentinels_beside(policy, skip, _usual(policy, records, skip), sent)
-        else:
-            skip, probe, notes = _sentinels(policy, job, records, skip, probe, log)
+        elif not probe:
+            skip, probe, notes, results = _sentinels(policy, job, records, skip, log)
             iostat_started = pp.iostat and not probe
+            if probe:  # sentinels failed: triaged beside those that read most as usual
+                skip, probe = _with_references(policy, job, _steadiest(results), probe, log)
     if skip and beside is None:
         _fast_path(policy, job, records, {n: last[n] for n in skip}, notes, log)
     outcome: list[int] = []
@@ -312,18 +318,46 @@ def _sentinels(
     job: SlurmJob,
     records: SlurmRecords,
     fresh: list[str],
-    probe: list[str],
     log: HookLog,
-) -> tuple[list[str], list[str], dict[str, str]]:
-    """(skip, probe, notes): fresh nodes whose sentinel still reads like them stay on the
-    fast path (their note says what it read); the others join the full probe (issue 28).
-    With nothing else to probe, in-job iostat starts on the sentinel's connections."""
+) -> tuple[list[str], list[str], dict[str, str], list[SentinelResult]]:
+    """(skip, probe, notes, results) when every node is fresh: those whose sentinel still
+    reads like them stay on the fast path (their note says what it read); the others are
+    to be probed (issue 28). All passed: in-job iostat starts on the sentinel's
+    connections."""
     from screener.hooks.fast_sentinel import sentinel_then_iostat
 
     usual = _usual(policy, records, fresh)
-    results = asyncio.run(sentinel_then_iostat(policy, job, fresh, usual, bool(probe), log))
+    results = asyncio.run(sentinel_then_iostat(policy, job, fresh, usual, False, log))
     skip, failed, notes = _sentinel_outcome(results, log)
-    return skip, [*probe, *failed], notes
+    return skip, failed, notes, results
+
+
+def _steadiest(results: list[SentinelResult]) -> list[str]:
+    """The nodes whose sentinel passed, the read closest to their usual first."""
+    ok = [r for r in results if r.passed]
+
+    def off(r: SentinelResult) -> float:
+        if r.read_bw is None or not r.usual_bw:
+            return float("inf")
+        return abs(math.log(max(r.read_bw, 1.0) / r.usual_bw))
+
+    return [r.node for r in sorted(ok, key=lambda r: (off(r), r.node))]
+
+
+def _with_references(
+    policy: Policy, job: SlurmJob, fresh: list[str], probe: list[str], log: HookLog
+) -> tuple[list[str], list[str]]:
+    """(skip, probe): with triage on, enough of the ``fresh`` nodes (best first) join a
+    triage of too few nodes as its references (hooks.triage.fresh_references)."""
+    from screener.hooks.triage import fresh_references
+
+    refs = fresh_references(probe, fresh, len(job.nodes), policy)
+    if refs:
+        log(
+            f"{fold_nodes(refs)}: fresh, triaged beside {fold_nodes(probe)} as references"
+            f" (a triage is judged by {policy.verdict.min_peers} peers of its own recipe)"
+        )
+    return [n for n in fresh if n not in refs], [*probe, *refs]
 
 
 def _sentinel_outcome(

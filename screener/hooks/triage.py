@@ -74,6 +74,26 @@ def plan(
     return tri, doubt, named if doubt else ""
 
 
+def fresh_references(
+    probe: Sequence[str], fresh: Sequence[str], allocated: int, policy: Policy
+) -> list[str]:
+    """Fresh nodes (``fresh``, best first) to triage beside ``probe`` when ``probe`` alone is
+    under ``min_peers``: a triage is judged against peers of its own recipe, and the fleet
+    may hold none of those (a fleet kept fresh by the rolling sweep holds the full probe's
+    figures only): a node whose sentinel read 0.05x its usual, triaged alone, passed on
+    the floors alone (bench/time_to_start.py +rolling, 2026-11-26). As many as
+    escalation's references: ``min_peers``, and twice the probed plus one (the probed
+    under a third of the round); [] when triage is off or the job is small (then every
+    node gets the full probe)."""
+    vp = policy.verdict
+    if not policy.prolog.triage or allocated < vp.min_peers or not probe:
+        return []
+    if len(probe) >= vp.min_peers:
+        return []
+    want = max(vp.min_peers, 2 * len(probe) + 1)
+    return [n for n in fresh if n not in probe][:want]
+
+
 def triage_cost(policy: Policy) -> float:
     """Seconds of budget a triage is counted at (the same margin as the full probe's)."""
     return _budgeted_s(triage_policy(policy))
