@@ -197,13 +197,13 @@ def _screen_job(
     iostat_started = False
     sent: list[SentinelResult] = []  # the sentinels that read beside the others' screen
     beside: Beside | None = None
+    if skip and probe:  # a triage of a few nodes gets references: the freshest passes
+        freshest = sorted(skip, key=lambda n: last[n], reverse=True)
+        skip, probe = _with_references(policy, job, freshest, probe, log)
     if skip and records is not None and pp.sentinel:
-        if probe:  # a triage of a few nodes gets references: the freshest passes
-            freshest = sorted(skip, key=lambda n: last[n], reverse=True)
-            skip, probe = _with_references(policy, job, freshest, probe, log)
-        if probe and skip:  # the others are probed anyway: sentinels read beside (issue 22)
+        if probe:  # the others are probed anyway: the sentinels read beside (issue 22)
             beside = sentinels_beside(policy, skip, _usual(policy, records, skip), sent)
-        elif not probe:
+        else:
             skip, probe, notes, results = _sentinels(policy, job, records, skip, log)
             iostat_started = pp.iostat and not probe
             if probe:  # sentinels failed: triaged beside those that read most as usual
