@@ -74,18 +74,17 @@ async def sentinel_then_iostat(
     job: SlurmJob,
     fresh: Sequence[str],
     usual: Mapping[str, Sequence[float]],
-    others_probed: bool,
     log: HookLog,
 ) -> list[SentinelResult]:
-    """Sentinels on ``fresh``; when they all pass and no other node is to be probed, start
-    in-job iostat over the same connections (the probe path starts it otherwise)."""
+    """Sentinels on ``fresh`` (every node of the job); when they all pass, start in-job
+    iostat over the same connections (the probe path starts it otherwise)."""
     from screener.app import make_transport
     from screener.hooks.start_iostat import start_job_iostat
 
     transport = make_transport(policy.transport)
     try:
         results = await run_sentinels(transport, fresh, usual, policy)
-        if policy.prolog.iostat and not others_probed and all(r.passed for r in results):
+        if policy.prolog.iostat and all(r.passed for r in results):
             await start_job_iostat(transport, job, {}, policy, log)
         return results
     finally:

@@ -327,7 +327,7 @@ def _sentinels(
     from screener.hooks.fast_sentinel import sentinel_then_iostat
 
     usual = _usual(policy, records, fresh)
-    results = asyncio.run(sentinel_then_iostat(policy, job, fresh, usual, False, log))
+    results = asyncio.run(sentinel_then_iostat(policy, job, fresh, usual, log))
     skip, failed, notes = _sentinel_outcome(results, log)
     return skip, failed, notes, results
 

@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 
 from screener.errors import SlurmError, StoreError
-from screener.hostlist import fold_nodes
+from screener.hooks.sweep_submit import submit_argv
 from screener.policy import Policy, database_url
 from screener.process import run_command
 
@@ -57,19 +57,11 @@ def rolling_argv(
     nodes: Sequence[str], script: str, wait: bool, nice: int, minutes: int, job_args: Sequence[str]
 ) -> list[str]:
     """sbatch the sweep script as a rolling job over exactly ``nodes``."""
-    return [
-        "sbatch",
-        "--parsable",  # print only the job id
-        "--exclusive",  # no user job shares a node while it is probed
-        f"--nodes={len(nodes)}",
-        f"--nodelist={fold_nodes(nodes)}",  # idle and due just now
-        f"--job-name={ROLLING_JOB}",  # squeue tells it from the nightly sweep
+    options = [
         f"--nice={nice}",  # below every user job: one waiting for these nodes goes first
         f"--time={minutes}",  # the probe's bound: backfill can fit it between jobs
-        *(["--wait"] if wait else []),  # block until it ended (tests, the bench)
-        script,  # a path given by the admin, passed as one argv word
-        *job_args,  # the mode (--rolling, --config, --dry-run), for `screener sweep`
     ]
+    return submit_argv(nodes, script, wait, job_args, ROLLING_JOB, options)
 
 
 def pending_argv() -> list[str]:

@@ -10,7 +10,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from screener.errors import ConfigError
-from screener.hooks.sweep_rolling import due_nodes, rolling_argv, time_limit_min
 from screener.hooks.sweep_step import step_timeout_s
 from screener.hostlist import fold_nodes
 from screener.policy import Policy
@@ -68,16 +67,23 @@ class SweepMode:
 
 
 def submit_argv(
-    nodes: Sequence[str], script: str, wait: bool, job_args: Sequence[str] = ()
+    nodes: Sequence[str],
+    script: str,
+    wait: bool,
+    job_args: Sequence[str] = (),
+    name: str = "screener-sweep",
+    options: Sequence[str] = (),
 ) -> list[str]:
-    """sbatch the sweep script on exactly ``nodes``, held exclusively, with ``job_args``."""
+    """sbatch the sweep script on exactly ``nodes``, held exclusively, with ``job_args``
+    (``name`` and more sbatch ``options``: the rolling job's, hooks/sweep_rolling.py)."""
     return [
         "sbatch",
         "--parsable",  # print only the job id
         "--exclusive",  # no user job shares a node while it is probed
         f"--nodes={len(nodes)}",
         f"--nodelist={fold_nodes(nodes)}",  # the nodes that were idle just now
-        "--job-name=screener-sweep",
+        f"--job-name={name}",  # squeue tells the nightly sweep from a rolling one
+        *options,
         *(["--wait"] if wait else []),  # block until the sweep ended (tests, cron)
         script,  # a path given by the admin, passed as one argv word
         *job_args,  # the script's own arguments: the mode, handed on to `screener sweep`
@@ -128,6 +134,8 @@ def submit_sweep(
         log("no idle node to hold: nothing submitted")
         return 0
     if mode.rolling:
+        from screener.hooks.sweep_rolling import due_nodes, rolling_argv, time_limit_min
+
         nodes = due_nodes(policy, nodes, datetime.now(UTC), log)
         if not nodes:
             return 0
