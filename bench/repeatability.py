@@ -233,9 +233,9 @@ def main() -> int:
     ap.add_argument(
         "--decisive",
         type=float,
-        default=0.0,
-        help="[verdict] decisive_ratio (e.g. 0.1: a suspect whose two read jobs read at or"
-        " below it is decided in round 1, no re-probe); default 0, off",
+        default=None,
+        help="[verdict] decisive_ratio (0.1: a suspect whose two read jobs read at or below"
+        " it is decided in round 1, no re-probe; 0: off); default: the shipped policy's",
     )
     args = ap.parse_args()
     probe = dict(PROBE)
@@ -272,7 +272,7 @@ def main() -> int:
                         },
                         "slurm": {"dry_run": True},
                     }
-                if args.decisive:
+                if args.decisive is not None:
                     extra["verdict"] = {"decisive_ratio": args.decisive}
                 write_config(cfg, cluster, db, Path(tmp) / "log", probe=probe, **extra)
                 return cfg
@@ -348,7 +348,9 @@ def main() -> int:
         "triage_jobs": ("seq_read" if args.triage_no_rand else "seq_read, rand_read")
         if args.prolog
         else None,
-        "decisive_ratio": args.decisive,
+        "decisive_ratio": VerdictPolicy().decisive_ratio
+        if args.decisive is None
+        else args.decisive,
         "repeat": args.repeat,
         "history_store": "shared, in scenario order" if args.shared_history else "per scenario",
         "healthy_median_mb_s": {"read": round(median / 1e6), "write": round(wmedian / 1e6)},

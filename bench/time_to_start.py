@@ -1,7 +1,8 @@
 """What a screened job pays before it starts (issue 22): submit -> start of an 8-node batch
 job on a 10-node emulated cluster whose slurmctld runs screener's PrologSlurmctld, with
 the shipped probe durations (1 s ramp + 3 s per fio job; a 512 MiB region, as the emulated
-/scratch holds 1 GiB), triage off and on.
+/scratch holds 1 GiB), with the shipped policy ("default": triage and decisive_ratio as
+shipped) or triage forced off or on.
 
 Cases, each with a new SQLite store (no fresh verdicts: every prolog probes):
 - healthy: every node healthy; the job starts after one prolog.
@@ -12,13 +13,17 @@ A "+rolling" mode first runs one rolling sweep over the 10 healthy idle nodes (`
 sweep --submit --rolling --wait`, rolling_nodes 10: what the rolling timer keeps true), so
 every node is fresh when the job is submitted; in the slow case node01 turns slow after
 it (its sentinel catches it). The rolling job's own wall is reported apart, not counted.
+A "+history" mode first stores every node's full-probe baseline of two hours ago (as a
+site's sweeps leave it): no verdict is fresh, so every prolog probes, but the triage has
+history to compare with and reads only; without it (a new store) the triage writes too.
 
 Devices are paced at 300 MB/s (tests/hooked_cluster.PACE) so the device, not the 2 shared
 cores, sets each node's rate. The probe files are laid out once before the first case
 (a site pays that once per node). Writes bench/results/time_to_start.json.
 
     .venv/bin/python bench/time_to_start.py [--repeat 2]
-        [--modes off,on,on+write,on+norand,on+confirmall,on+decisive,on+rolling,on:1M]
+        [--modes default,default+history,default+rolling,off,on,on+write,on+norand,on+confirmall,
+                 on+decisive,on+rolling,on:1M]
         [--size-mib 512] [--out F]
 """
 
@@ -50,6 +55,7 @@ from tests.hooked_cluster import (
     pace_devices,
     run_screener,
     sbatch,
+    seen_by_the_sweep,
     wait_job,
     write_config,
 )
@@ -68,19 +74,25 @@ def config(
     cfg: Path,
     db: str,
     log: Path,
-    triage: bool,
+    triage: bool | None,
     seq_bs: str | None = None,
     write: bool = False,
     rand: bool = True,
     confirm_all: bool = False,
-    decisive: bool = False,
+    decisive: bool | None = False,
 ) -> None:
     """The bench's policy; ``seq_bs`` sets [prolog] triage_seq_bs (None: its default),
     ``write`` [prolog] triage_write, ``rand`` triage_rand_read, ``confirm_all`` [verdict]
     confirm_every_job (the re-probe runs the whole recipe, as before 2026-11-26 04:30),
-    ``decisive`` [verdict] decisive_ratio = 0.1 (a clear slow reader decided in round 1)."""
-    prolog: dict[str, Any] = {"triage": triage, "budget_s": 120.0, "triage_write": write}
+    ``decisive`` [verdict] decisive_ratio = 0.1 (a clear slow reader decided in round 1);
+    ``triage`` or ``decisive`` None: the shipped default (mode "default")."""
+    prolog: dict[str, Any] = {"budget_s": 120.0, "triage_write": write}
+    if triage is not None:
+        prolog["triage"] = triage
     prolog["triage_rand_read"] = rand
+    verdict: dict[str, Any] = {"confirm_every_job": confirm_all}
+    if decisive is not None:
+        verdict["decisive_ratio"] = 0.1 if decisive else 0.0
     if seq_bs is not None:
         prolog["triage_seq_bs"] = seq_bs
     write_config(
@@ -91,7 +103,7 @@ def config(
         probe=PROBE,
         prolog=prolog,
         transport={"command_timeout_s": 120.0},
-        verdict={"confirm_every_job": confirm_all, "decisive_ratio": 0.1 if decisive else 0.0},
+        verdict=verdict,
         sweep={"rolling_nodes": NODES},  # +rolling: one rolling job makes every node fresh
     )
 
@@ -125,7 +137,7 @@ def case(
     """One screened job: submit -> start, prolog walls, where it ran. ``mode``: off, on, or
     on:BS (triage with [prolog] triage_seq_bs = BS); a "+write" suffix turns triage_write
     on, "+norand" triage_rand_read off, "+confirmall" confirm_every_job on, "+decisive"
-    decisive_ratio 0.1."""
+    decisive_ratio 0.1; "default": triage and decisive_ratio as shipped."""
     base, *plus = mode.split("+")
     triage, _, seq_bs = base.partition(":")
     tag = f"{name}-{mode.replace(':', '-').replace('+', '-')}-{rep}"
@@ -134,21 +146,23 @@ def case(
     cfg = d / "screener.toml"
     log = out / "prolog.log"
     db = f"sqlite:///{out}/screener.db"
-    on = triage == "on"
+    shipped = triage == "default"
     config(
         cluster,
         cfg,
         db,
         log,
-        on,
+        None if shipped else triage == "on",
         seq_bs or None,
         "write" in plus,
         "norand" not in plus,
         "confirmall" in plus,
-        "decisive" in plus,
+        None if shipped and "decisive" not in plus else "decisive" in plus,
     )
     cluster.reset()
     pace_devices(cluster, list(cluster.nodes))
+    if "history" in plus:
+        seen_by_the_sweep(cluster, cfg, db)  # +history: as a site's sweeps leave it
     rolled = rolling(cluster, cfg, out) if "rolling" in plus else None
     if slow:
         cluster.inject(cluster.nodes[0], "slow_read", SLOW)
@@ -186,11 +200,13 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument(
         "--modes",
-        default="off,on",
-        help="triage modes to run: off, on, on:BS (triage_seq_bs = BS, e.g. on:1M); a"
+        default="default,default+history,default+rolling",
+        help="triage modes to run: default (triage and decisive_ratio as shipped), off, on,"
+        " on:BS (triage_seq_bs = BS, e.g. on:1M); a"
         " +write suffix turns triage_write on (on+write), +norand triage_rand_read off,"
         " +confirmall verdict.confirm_every_job on, +decisive verdict.decisive_ratio 0.1,"
-        " +rolling one rolling sweep over every node first (all fresh)",
+        " +rolling one rolling sweep over every node first (all fresh), +history every"
+        " node's full-probe baseline of 2 h ago (history, none fresh)",
     )
     ap.add_argument("--size-mib", type=int, default=PROBE["size_mib"], help="probe region")
     ap.add_argument("--out", type=Path, default=RESULTS, help="where the JSON goes")
@@ -198,12 +214,14 @@ def main() -> int:
     PROBE["size_mib"] = args.size_mib
     modes = [m for m in args.modes.split(",") if m]
     if any(
-        m.split("+")[0].partition(":")[0] not in ("off", "on")
-        or not set(m.split("+")[1:]) <= {"write", "norand", "confirmall", "decisive", "rolling"}
+        m.split("+")[0].partition(":")[0] not in ("default", "off", "on")
+        or not set(m.split("+")[1:])
+        <= {"write", "norand", "confirmall", "decisive", "rolling", "history"}
         for m in modes
     ):
         raise SystemExit(
-            "--modes: off, on or on:BS (+write, +norand, +confirmall, +decisive, +rolling),"
+            "--modes: default, off, on or on:BS"
+            " (+write, +norand, +confirmall, +decisive, +rolling, +history),"
             f" not {args.modes!r}"
         )
     rows: list[dict[str, Any]] = []

@@ -8,7 +8,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 
 from screener.pipeline import BetweenRounds, NodeDone, ScreenResult
-from screener.policy import Policy, database_url
+from screener.policy import Policy, ProbePolicy, database_url
 from screener.probe_data import Trigger
 from screener.run.inputs import new_run_tag, resolve_nodes, screen_policy
 from screener.run.loop import AfterScreen, Beside, MakeProber, run_loop
@@ -45,6 +45,7 @@ def run_screen(
     prober: MakeProber | None = None,
     run_info: Mapping[str, object] | None = None,
     beside: Beside | None = None,
+    history_also: ProbePolicy | None = None,
 ) -> ScreenResult:
     """Open the store (migrating the embedded SQLite on first use), then screen ``nodes``.
 
@@ -76,6 +77,7 @@ def run_screen(
             prober,
             run_info,
             beside,
+            history_also,
         )
     return result
 

@@ -16,7 +16,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
 from screener.errors import ProbeError, ScreenerError, StoreError, TransportError
-from screener.policy import Policy
+from screener.policy import Policy, ProbePolicy
 from screener.probe.facts import facts_argv, parse_facts
 from screener.probe.fio import (
     cleanup_argv,
@@ -429,13 +429,15 @@ async def screen(
     locks: ProbeLocks | None = None,
     prober: Prober | None = None,
     run_info: Mapping[str, object] | None = None,
+    history_also: ProbePolicy | None = None,
 ) -> ScreenResult:
     """Screen ``nodes``: probe, judge against peers and history, confirm suspects, store.
 
     ``deadline_s`` bounds the whole screen (both rounds): when it runs out the screen decides
     with what it has, and every node (or re-probe) not finished is UNKNOWN, never SLOW.
     ``prober`` (default: over ``transport``) says how nodes are probed; ``run_info`` is
-    stored with the run's policy (e.g. the sweep's mode).
+    stored with the run's policy (e.g. the sweep's mode); ``history_also``: the recipe whose
+    seq-read history a node without history of this one is compared with (past_figures).
     """
     clock = clock or SystemClock()
     prober = prober or TransportProber(transport, policy, on_done, locks)
@@ -445,7 +447,7 @@ async def screen(
     fleet: list[FleetFigure] = []
     rec = _Recorder(None, None)
     if store is not None:  # a store that fails here fails the screen: nothing measured yet
-        history, fleet = past_figures(store, nodes, policy, clock.now())
+        history, fleet = past_figures(store, nodes, policy, clock.now(), history_also)
         stored = {**policy.to_dict(), **(run_info or {})}
         run_id = store.start_run(
             trigger, nodes, stored, job_id, nodeset or ",".join(nodes), clock.now()
@@ -566,12 +568,24 @@ class _Recorder:
 
 
 def past_figures(
-    store: RunStore, nodes: Sequence[str], policy: Policy, now: datetime
+    store: RunStore,
+    nodes: Sequence[str],
+    policy: Policy,
+    now: datetime,
+    also: ProbePolicy | None = None,
 ) -> tuple[dict[str, list[float]], list[FleetFigure]]:
-    """Own history (same recipe, within the age window) and the fleet's recent figures."""
+    """Own history (same recipe, within the age window) and the fleet's recent figures.
+    With ``also`` (the prolog's full probe, for its triage), a node with no history of this
+    recipe is compared with its history of that one: the seq read at the same block size
+    and depth, only a shorter window (the sentinel's yardstick too). Without it, a triage
+    on a fleet known only from its sweeps had no history at all, and an allocation slow
+    all at once (a shared cause the full probe reports) passed as OK among its peers."""
     vp = policy.verdict
     recipe = recipe_fingerprint(policy.probe)
     history = own_history(store, nodes, policy, now)
+    if also is not None and not all(history.values()):
+        full = own_history(store, nodes, replace(policy, probe=also), now)
+        history = {n: history.get(n) or full.get(n, []) for n in nodes}
     fleet: list[FleetFigure] = []
     if vp.fleet_window_h > 0 and vp.fleet_max > 0:
         window = now - timedelta(hours=vp.fleet_window_h)

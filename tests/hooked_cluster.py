@@ -162,3 +162,26 @@ def site_info(cluster: ClusterHandle, d: Path, tmp_path: Path, **sections: Any) 
     }
     write_config(info["config"], cluster, info["db"], info["log"], **sections)
     return info
+
+
+def seen_by_the_sweep(cluster: ClusterHandle, config: Path, db: str, mb_s: float = 300.0) -> None:
+    """Every node's full-probe baseline of two hours ago at ``mb_s`` (PACE), as a site's
+    sweeps leave it: not fresh (every prolog probes) but history, so the prolog's triage
+    reads only (a node with no history is triaged with the write too)."""
+    from datetime import UTC, datetime, timedelta
+
+    from screener.policy import load_policy
+    from screener.probe.fio import recipe_fingerprint
+    from screener.probe_data import RunSummary, Status, Trigger, Verdict
+    from screener.store import open_store
+
+    recipe = recipe_fingerprint(load_policy(config).probe)
+    with open_store(db, upgrade=True) as store:
+        when = datetime.now(UTC) - timedelta(hours=2)
+        run = store.start_run(Trigger.SWEEP, list(cluster.nodes), {}, None, cluster.hostlist, when)
+        seen = tuple(
+            Verdict(n, Status.OK, "within peers", read_mb_s=mb_s, recipe=recipe, baseline=True)
+            for n in cluster.nodes
+        )
+        store.record_verdicts(run, RunSummary(verdicts=seen))
+        store.finish_run(run, when, "done")

@@ -148,9 +148,9 @@ def test_decisive_needs_both_read_windows_far_below_real_peers(
         verdict("n2", Status.OK, read_mb_s=300.0, rand_read_iops=73_000.0),
         shared=shared,
     )
-    on = VerdictPolicy(decisive_ratio=0.1)
-    assert decisive(s, usable, on) == (["n1"] if want else [])
-    assert decisive(s, usable, VerdictPolicy()) == []  # off by default: always re-probed
+    assert VerdictPolicy().decisive_ratio == 0.1  # on by default since 2026-11-26
+    assert decisive(s, usable, VerdictPolicy()) == (["n1"] if want else [])
+    assert decisive(s, usable, VerdictPolicy(decisive_ratio=0.0)) == []  # off: always re-probed
 
 
 def test_a_degraded_or_unmeasured_suspect_is_never_decisive() -> None:

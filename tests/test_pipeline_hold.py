@@ -108,7 +108,7 @@ def test_intermittently_stalling_reader_is_found_on_its_tail(cluster: Any) -> No
 
 
 def test_round_two_is_judged_beside_reference_nodes(cluster: Any, tmp_path: Path) -> None:
-    policy = cluster_policy(cluster)
+    policy = cluster_policy(cluster, decisive_ratio=0.0)  # a re-probe even at 0.02x
     store = _store(tmp_path)
     slow = cluster.nodes[1]
     cluster.inject(slow, "slow_read", 20_000_000)

@@ -63,17 +63,33 @@ class ReplayTransport:
         return None
 
 
-def replay(transport: ReplayTransport, nodes: list[str], store: object = None) -> ScreenResult:
-    return asyncio.run(screen(nodes, POLICY, transport, store))  # type: ignore[arg-type]
+def replay(
+    transport: ReplayTransport, nodes: list[str], store: object = None, policy: Policy = POLICY
+) -> ScreenResult:
+    return asyncio.run(screen(nodes, policy, transport, store))  # type: ignore[arg-type]
 
 
 NODES = [f"n{i}" for i in range(1, 7)]
 
 
+def test_captured_slow_reader_is_decided_in_round_1_by_default() -> None:
+    # the captured slow reader reads both jobs <= 0.1x its peers (verdict.decisive_ratio,
+    # 0.1 by default): confirmed without a re-probe, and the reason says so
+    t = ReplayTransport({"n3": FIO_SLOW})
+    result = replay(t, NODES)
+    v = {v.node: v for v in result.summary.verdicts}["n3"]
+    assert v.status == Status.SLOW_READ and v.confirmed, v
+    assert "decisive in round 1" in v.reason, v
+    assert result.reprobed == () and result.rounds == 1
+    assert len([h for h, w in t.calls if w == "screener-preflight"]) == len(NODES)
+
+
 def test_captured_slow_reader_is_confirmed_and_stored(tmp_path: Path) -> None:
     t = ReplayTransport({"n3": FIO_SLOW})
     store = open_store(f"sqlite:///{tmp_path}/r.db", upgrade=True)
-    result = replay(t, NODES, store)
+    # the re-probe path: every suspect re-probed (decisive_ratio 0)
+    off = policy_from_dict({"probe": {"size_mib": 64}, "verdict": {"decisive_ratio": 0.0}})
+    result = replay(t, NODES, store, off)
     got = {v.node: v.status for v in result.summary.verdicts}
     assert got.pop("n3") == Status.SLOW_READ
     assert set(got.values()) == {Status.OK}

@@ -30,6 +30,7 @@ from tests.hooked_cluster import (
     job_state,
     pace_devices,
     sbatch,
+    seen_by_the_sweep,
     sinfo_nodes,
     wait_job,
     write_config,
@@ -107,7 +108,8 @@ def test_slow_node_drained_job_requeued_onto_healthy_nodes(
         assert [(e[0], e[2], e[3]) for e in eps] == [("prolog", None, job_id)]
     assert f"job {job_id}: exit 1 so Slurm requeues it" in log
     assert set(re.findall(r"slurm backend (\w+)", log)) == {backend}, log
-    assert "triage" not in log, log  # off by default: not a word about it
+    # triage is on by default; a 3-node job is under min_peers (4): the full probe at once
+    assert "triage skipped (3 nodes < verdict.min_peers 4): full probe" in log, log
     # The requeued attempt's nodes passed in the first attempt: the fast path let them in
     # unprobed, and said so per node with the job id (for `screener accuracy`).
     assert "fast path: " in log, log
@@ -259,6 +261,7 @@ def test_triage_drains_a_clear_slow_reader_on_the_short_probe(site: dict[str, An
     cluster = site["cluster"]
     write_config(site["config"], cluster, site["db"], site["log"], prolog={"triage": True})
     pace_devices(cluster, cluster.nodes)
+    _seen_by_the_sweep(site)
     slow = cluster.nodes[0]
     cluster.inject(slow, "slow_read", SLOW)
     job_id = _hosts_job(site, 4, "--comment", "screener=on")
@@ -299,6 +302,7 @@ def test_triage_sends_a_close_call_to_the_full_probe(site: dict[str, Any]) -> No
     prolog = {"triage": True}
     write_config(site["config"], cluster, site["db"], site["log"], prolog=prolog, verdict=tails)
     pace_devices(cluster, cluster.nodes)
+    _seen_by_the_sweep(site)
     node = cluster.nodes[0]
     cluster.inject(node, "slow_read", "172M")  # ~0.6x the 300 MB/s pace: mid close-call band
     job_id = _hosts_job(site, 4, "--comment", "screener=on")
@@ -345,11 +349,18 @@ def test_triage_holds_back_a_node_the_full_probe_last_doubted(site: dict[str, An
     assert not any("DRAIN" in n["state_flags"] for n in sinfo_nodes(cluster).values())
 
 
+def _seen_by_the_sweep(site: dict[str, Any]) -> None:
+    """History but nothing fresh (hooked_cluster.seen_by_the_sweep): the triage reads only
+    (with no history of a node it writes too: test_guard_cluster's shared cause)."""
+    seen_by_the_sweep(site["cluster"], site["config"], site["db"])
+
+
 def _doubted_by_the_full_probe(site: dict[str, Any]) -> tuple[Policy, str]:
     """The site's policy, and its first node with a DEGRADED full-probe verdict an hour ago
-    (a stall mode, as a sweep stores it); devices paced."""
+    (a stall mode, as a sweep stores it), the others seen by the sweep; devices paced."""
     cluster = site["cluster"]
     pace_devices(cluster, cluster.nodes)
+    _seen_by_the_sweep(site)
     policy = load_policy(site["config"])
     doubted = cluster.nodes[0]
     with open_store(site["db"], upgrade=True) as store:

@@ -86,15 +86,15 @@ def _events(site: dict[str, Any], action: str) -> set[str]:
 def test_a_small_job_on_a_slow_node_is_requeued_onto_healthy_nodes(
     site: dict[str, Any], size: int, triage: bool
 ) -> None:
-    """With [prolog] triage on (issue 22) a 1-node job is too small for a short probe judged
-    beside peers: it gets the full probe, and the slow node is still drained."""
+    """With [prolog] triage on (the default since 2026-11-26, issue 22) a 1-node job is too
+    small for a short probe judged beside peers: it gets the full probe, and the slow node is
+    still drained; with triage off, the same without a word about it."""
     cluster = site["cluster"]
-    if triage:
-        write_config(
-            site["config"], cluster, site["db"], site["log"],
-            prolog={"fresh_s": 0, "triage": True},
-            slurm={"partition_max_drain_fraction": 0.2, "max_drain_fraction": 0.34},
-        )  # fmt: skip
+    write_config(
+        site["config"], cluster, site["db"], site["log"],
+        prolog={"fresh_s": 0, "triage": triage},
+        slurm={"partition_max_drain_fraction": 0.2, "max_drain_fraction": 0.34},
+    )  # fmt: skip
     slow = cluster.nodes[0]  # select/linear hands out the lowest idle nodes first
     cluster.inject(slow, "slow_read", SLOW)
     job, ran = _finished(site, _submit(site, size))

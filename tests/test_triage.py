@@ -10,6 +10,7 @@ from screener.hooks.triage import (
     escalation,
     fresh_references,
     full_probe_fits,
+    needs_write,
     plan,
     triage_policy,
 )
@@ -20,7 +21,8 @@ from screener.probe_data import RunSummary, Status, Verdict
 from screener.verdict.judge import evaluate
 from tests.test_verdict import POLICY, fleet
 
-ON = replace(Policy(), prolog=PrologPolicy(triage=True))
+ON = Policy()  # triage on by default since 2026-11-26
+OFF = replace(Policy(), prolog=PrologPolicy(triage=False))
 NODES = [f"node{i:02d}" for i in range(1, 9)]
 
 
@@ -66,7 +68,7 @@ def test_plan_holds_the_doubtful_back_for_the_full_probe() -> None:
 
 
 def test_plan_sends_small_allocations_to_the_full_probe() -> None:
-    assert plan(NODES, 8, {}, set(), Policy()) == ([], NODES, "triage off")
+    assert plan(NODES, 8, {}, set(), OFF) == ([], NODES, "triage off")
     assert plan(NODES[:3], 3, {}, set(), ON) == ([], NODES[:3], "3 nodes < verdict.min_peers 4")
 
 
@@ -166,7 +168,7 @@ def test_a_triage_of_too_few_nodes_gets_fresh_references() -> None:
     assert fresh_references(["node01"], fresh, 8, ON) == NODES[1:5]
     assert fresh_references(["node01", "node02"], NODES[2:], 8, ON) == NODES[2:7]
     assert fresh_references(NODES[:4], NODES[4:], 8, ON) == []  # enough peers of its own
-    assert fresh_references(["node01"], fresh, 8, Policy()) == []  # triage off: full probe
+    assert fresh_references(["node01"], fresh, 8, OFF) == []  # triage off: full probe
     assert fresh_references(["node01"], ["node02", "node03"], 3, ON) == []  # small job
     assert fresh_references(["node01"], ["node02"], 8, ON) == ["node02"]  # what there is
     assert fresh_references([], fresh, 8, ON) == []
@@ -182,3 +184,19 @@ def test_references_after_sentinels_are_those_that_read_most_as_usual() -> None:
         SentinelResult("node05", True, "no figure", None, None),
     ]
     assert _steadiest(results) == ["node03", "node04", "node02", "node05"]
+
+
+def test_a_triage_writes_too_for_nodes_with_no_history() -> None:
+    history = {"node01": [300e6], "node02": [], "node03": [310e6, 290e6]}
+    assert needs_write(history, ON) == ["node02"]
+    assert needs_write({"node01": [300e6]}, ON) == []
+    # triage_write on, or a recipe without the write: nothing to add
+    always = replace(ON, prolog=replace(ON.prolog, triage_write=True))
+    assert needs_write(history, always) == []
+    nowrite = replace(ON, probe=replace(ON.probe, seq_write=False))
+    assert needs_write(history, nowrite) == []
+    # the triage that writes is its own recipe, the reads and durations unchanged
+    short, writing = triage_policy(ON), triage_policy(ON, write=True)
+    assert not short.probe.seq_write and writing.probe.seq_write
+    assert writing.probe.runtime_s == short.probe.runtime_s == ON.prolog.triage_runtime_s
+    assert recipe_fingerprint(writing.probe) != recipe_fingerprint(short.probe)

@@ -66,3 +66,23 @@ def test_fleet_figures_are_other_nodes_newest_same_recipe_recent(db_store: Store
     ]
     assert [f.node for f in got] == ["f2", "f1"]  # newest first
     assert len(db_store.read_fleet(["me"], "r", at(0) - timedelta(days=30), 1)) == 1
+
+
+def test_a_triage_without_history_of_its_own_reads_the_full_probes(db_store: Store) -> None:
+    """The prolog's triage is a recipe of its own; a node with no triage history is compared
+    with its full-probe seq reads (pipeline.past_figures ``also``), a node with some keeps
+    its own: without this, an allocation slow all at once passed its triage as OK."""
+    from screener.hooks.triage import triage_policy
+    from screener.pipeline import past_figures
+    from screener.policy import Policy
+
+    full = Policy()
+    short = triage_policy(full)
+    judged(db_store, 1, "n1", 300.0, recipe=recipe_fingerprint(full.probe))
+    judged(db_store, 2, "n2", 310.0, recipe=recipe_fingerprint(full.probe))
+    judged(db_store, 3, "n2", 280.0, recipe=recipe_fingerprint(short.probe))
+    now = at(4)
+    own, _ = past_figures(db_store, ["n1", "n2", "n3"], short, now)
+    assert own == {"n1": [], "n2": [280e6], "n3": []}
+    both, _ = past_figures(db_store, ["n1", "n2", "n3"], short, now, also=full.probe)
+    assert both == {"n1": [300e6], "n2": [280e6], "n3": []}

@@ -22,18 +22,18 @@ from screener.verdict.confirm import NOT_SUSPECT_TAGS, references
 from screener.verdict.rules import borderline_level
 
 
-def triage_policy(policy: Policy) -> Policy:
-    """The policy of a triage screen: the read jobs (the write too with ``triage_write``, the
-    random read only with ``triage_rand_read``), shortened to the triage's ramp and runtime,
-    sequential jobs in ``triage_seq_bs`` blocks if set (a recipe of its own: history
-    compares triage with triage)."""
+def triage_policy(policy: Policy, write: bool = False) -> Policy:
+    """The policy of a triage screen: the read jobs (the write too with ``triage_write`` or
+    ``write``, the random read only with ``triage_rand_read``), shortened to the triage's
+    ramp and runtime, sequential jobs in ``triage_seq_bs`` blocks if set (a recipe of its
+    own: history compares triage with triage, else with the full probe's seq reads)."""
     pp = policy.prolog
     probe = replace(
         policy.probe,
         ramp_s=pp.triage_ramp_s,
         runtime_s=pp.triage_runtime_s,
         seq_bs=pp.triage_seq_bs or policy.probe.seq_bs,
-        seq_write=policy.probe.seq_write and pp.triage_write,
+        seq_write=policy.probe.seq_write and (pp.triage_write or write),
         rand_read=policy.probe.rand_read and pp.triage_rand_read,
     )
     return replace(policy, probe=probe)
@@ -72,6 +72,18 @@ def plan(
     if doubt and left_s is not None and not full_probe_fits(policy, left_s - triage_cost(policy)):
         return list(nodes), [], f"{named}, no budget for a full probe after the triage: triaged"
     return tri, doubt, named if doubt else ""
+
+
+def needs_write(history: Mapping[str, Sequence[float]], policy: Policy) -> list[str]:
+    """The nodes to triage that have no baseline seq read in ``history`` (any recipe, within
+    the age window): for them the triage writes too. Judged on its reads alone, a node is
+    told from its peers and its own history; with no history, an allocation slow all at
+    once (a shared cause) looked like its peers and passed, where the write/read ratio,
+    the one yardstick a node carries within itself, shows it (tests/test_guard_cluster.py).
+    [] when the triage writes anyway or the recipe has no write."""
+    if policy.prolog.triage_write or not policy.probe.seq_write:
+        return []
+    return [n for n, seen in history.items() if not seen]
 
 
 def fresh_references(

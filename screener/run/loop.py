@@ -13,7 +13,7 @@ from screener import spool
 from screener.errors import Terminated
 from screener.hostlist import fold_nodes
 from screener.pipeline import BetweenRounds, NodeDone, ProbeLocks, Prober, ScreenResult, screen
-from screener.policy import Policy
+from screener.policy import Policy, ProbePolicy
 from screener.probe_data import Trigger
 from screener.run.recording import settled
 from screener.run.recovery import recover
@@ -49,6 +49,7 @@ def run_loop(
     prober: MakeProber | None = None,
     run_info: Mapping[str, object] | None = None,
     beside: Beside | None = None,
+    history_also: ProbePolicy | None = None,
 ) -> ScreenResult:
     """The event loop of one screen, with SIGTERM turned into a clean stop."""
     terminated: list[int] = []
@@ -87,6 +88,7 @@ def run_loop(
                     locks=node_locks,
                     prober=None if prober is None else prober(transport, node_locks),
                     run_info=run_info,
+                    history_also=history_also,
                 )
             result = settled(result, store)
             if side is not None:
