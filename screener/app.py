@@ -45,7 +45,7 @@ def run_screen(
     prober: MakeProber | None = None,
     run_info: Mapping[str, object] | None = None,
     beside: Beside | None = None,
-    history_also: ProbePolicy | None = None,
+    history_also: Sequence[ProbePolicy] = (),
 ) -> ScreenResult:
     """Open the store (migrating the embedded SQLite on first use), then screen ``nodes``.
 

@@ -429,14 +429,14 @@ async def screen(
     locks: ProbeLocks | None = None,
     prober: Prober | None = None,
     run_info: Mapping[str, object] | None = None,
-    history_also: ProbePolicy | None = None,
+    history_also: Sequence[ProbePolicy] = (),
 ) -> ScreenResult:
     """Screen ``nodes``: probe, judge against peers and history, confirm suspects, store.
 
     ``deadline_s`` bounds the whole screen (both rounds): when it runs out the screen decides
     with what it has, and every node (or re-probe) not finished is UNKNOWN, never SLOW.
     ``prober`` (default: over ``transport``) says how nodes are probed; ``run_info`` is
-    stored with the run's policy (e.g. the sweep's mode); ``history_also``: the recipe whose
+    stored with the run's policy (e.g. the sweep's mode); ``history_also``: the recipes whose
     seq-read history a node without history of this one is compared with (past_figures).
     """
     clock = clock or SystemClock()
@@ -572,20 +572,23 @@ def past_figures(
     nodes: Sequence[str],
     policy: Policy,
     now: datetime,
-    also: ProbePolicy | None = None,
+    also: Sequence[ProbePolicy] = (),
 ) -> tuple[dict[str, list[float]], list[FleetFigure]]:
     """Own history (same recipe, within the age window) and the fleet's recent figures.
-    With ``also`` (the prolog's full probe, for its triage), a node with no history of this
-    recipe is compared with its history of that one: the seq read at the same block size
-    and depth, only a shorter window (the sentinel's yardstick too). Without it, a triage
+    With ``also`` (for the prolog's triage: the full probe, the triage that writes), a node
+    with no history of this recipe is compared with its history of the first of those it
+    has: the seq read at the same block size and depth, another window (the sentinel's
+    yardstick too). Without it, a triage
     on a fleet known only from its sweeps had no history at all, and an allocation slow
     all at once (a shared cause the full probe reports) passed as OK among its peers."""
     vp = policy.verdict
     recipe = recipe_fingerprint(policy.probe)
     history = own_history(store, nodes, policy, now)
-    if also is not None and not all(history.values()):
-        full = own_history(store, nodes, replace(policy, probe=also), now)
-        history = {n: history.get(n) or full.get(n, []) for n in nodes}
+    for probe in also:
+        if all(history.values()):
+            break
+        other = own_history(store, nodes, replace(policy, probe=probe), now)
+        history = {n: history.get(n) or other.get(n, []) for n in nodes}
     fleet: list[FleetFigure] = []
     if vp.fleet_window_h > 0 and vp.fleet_max > 0:
         window = now - timedelta(hours=vp.fleet_window_h)

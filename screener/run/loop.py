@@ -49,7 +49,7 @@ def run_loop(
     prober: MakeProber | None = None,
     run_info: Mapping[str, object] | None = None,
     beside: Beside | None = None,
-    history_also: ProbePolicy | None = None,
+    history_also: Sequence[ProbePolicy] = (),
 ) -> ScreenResult:
     """The event loop of one screen, with SIGTERM turned into a clean stop."""
     terminated: list[int] = []
