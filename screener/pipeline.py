@@ -578,9 +578,9 @@ def past_figures(
     With ``also`` (for the prolog's triage: the full probe, the triage that writes), a node
     with no history of this recipe is compared with its history of the first of those it
     has: the seq read at the same block size and depth, another window (the sentinel's
-    yardstick too). Without it, a triage
-    on a fleet known only from its sweeps had no history at all, and an allocation slow
-    all at once (a shared cause the full probe reports) passed as OK among its peers."""
+    yardstick too). Without it, a triage on a fleet known only from its sweeps had no
+    history at all, and an allocation slow all at once (a shared cause the full probe
+    reports) passed as OK among its peers."""
     vp = policy.verdict
     recipe = recipe_fingerprint(policy.probe)
     history = own_history(store, nodes, policy, now)
