@@ -15,7 +15,7 @@ every node is fresh when the job is submitted; in the slow case node01 turns slo
 it (its sentinel catches it). The rolling job's own wall is reported apart, not counted.
 A "+history" mode first stores every node's full-probe baseline of two hours ago (as a
 site's sweeps leave it): no verdict is fresh, so every prolog probes, but the triage has
-history to compare with and reads only; without it (a new store) the triage writes too.
+history to compare with besides the peers.
 
 Devices are paced at 300 MB/s (tests/hooked_cluster.PACE) so the device, not the 2 shared
 cores, sets each node's rate. The probe files are laid out once before the first case

@@ -351,7 +351,7 @@ def test_triage_holds_back_a_node_the_full_probe_last_doubted(site: dict[str, An
 
 def _seen_by_the_sweep(site: dict[str, Any]) -> None:
     """History but nothing fresh (hooked_cluster.seen_by_the_sweep): the triage reads only
-    (with no history of a node it writes too: test_guard_cluster's shared cause)."""
+    against both its peers and that history."""
     seen_by_the_sweep(site["cluster"], site["config"], site["db"])
 
 

@@ -10,7 +10,6 @@ from screener.hooks.triage import (
     escalation,
     fresh_references,
     full_probe_fits,
-    needs_write,
     plan,
     triage_policy,
 )
@@ -184,19 +183,3 @@ def test_references_after_sentinels_are_those_that_read_most_as_usual() -> None:
         SentinelResult("node05", True, "no figure", None, None),
     ]
     assert _steadiest(results) == ["node03", "node04", "node02", "node05"]
-
-
-def test_a_triage_writes_too_for_nodes_with_no_history() -> None:
-    history = {"node01": [300e6], "node02": [], "node03": [310e6, 290e6]}
-    assert needs_write(history, ON) == ["node02"]
-    assert needs_write({"node01": [300e6]}, ON) == []
-    # triage_write on, or a recipe without the write: nothing to add
-    always = replace(ON, prolog=replace(ON.prolog, triage_write=True))
-    assert needs_write(history, always) == []
-    nowrite = replace(ON, probe=replace(ON.probe, seq_write=False))
-    assert needs_write(history, nowrite) == []
-    # the triage that writes is its own recipe, the reads and durations unchanged
-    short, writing = triage_policy(ON), triage_policy(ON, write=True)
-    assert not short.probe.seq_write and writing.probe.seq_write
-    assert writing.probe.runtime_s == short.probe.runtime_s == ON.prolog.triage_runtime_s
-    assert recipe_fingerprint(writing.probe) != recipe_fingerprint(short.probe)

@@ -273,14 +273,7 @@ def _screen_job(
             log(f"triage of {fold_nodes(tri)}; {why}: full probe after it")
         elif tri and why:
             log(f"triage of {fold_nodes(tri)}; {why}")
-        unseen = _unseen(policy, records, tri)
-        if unseen:
-            log(
-                f"{fold_nodes(unseen)}: no history to compare with: the triage writes too"
-                " (the write/read ratio is judged)"
-            )
-        tri_policy = triage_policy(policy, write=bool(unseen))
-        first = (tri, tri_policy, "triage") if tri else (probe, policy, "")
+        first = (tri, triage_policy(policy), "triage") if tri else (probe, policy, "")
         doubt, refs = run(*first, beside)
         fresh_checked()
         if doubt and max(outcome, default=0) == 0:
@@ -340,20 +333,6 @@ def _sentinels(
     results = asyncio.run(sentinel_then_iostat(policy, job, fresh, usual, log))
     skip, failed, notes = _sentinel_outcome(results, log)
     return skip, failed, notes, results
-
-
-def _unseen(policy: Policy, records: SlurmRecords | None, nodes: list[str]) -> list[str]:
-    """The nodes to triage with no baseline seq read of any recipe within the history window
-    (hooks.triage.needs_write): the triage writes too. No database: none (nobody is
-    drained from such a run anyway)."""
-    from screener.hooks.triage import needs_write
-    from screener.pipeline import history_window
-
-    if records is None or not nodes:
-        return []
-    _, since = history_window(policy, datetime.now(UTC))
-    seen = records.store.read_histories(nodes, 1, None, since)
-    return needs_write(seen, policy)
 
 
 def _steadiest(results: list[SentinelResult]) -> list[str]:

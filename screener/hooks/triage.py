@@ -74,18 +74,6 @@ def plan(
     return tri, doubt, named if doubt else ""
 
 
-def needs_write(history: Mapping[str, Sequence[float]], policy: Policy) -> list[str]:
-    """The nodes to triage that have no baseline seq read in ``history`` (any recipe, within
-    the age window): for them the triage writes too. Judged on its reads alone, a node is
-    told from its peers and its own history; with no history, an allocation slow all at
-    once (a shared cause) looked like its peers and passed, where the write/read ratio,
-    the one yardstick a node carries within itself, shows it (tests/test_guard_cluster.py).
-    [] when the triage writes anyway or the recipe has no write."""
-    if policy.prolog.triage_write or not policy.probe.seq_write:
-        return []
-    return [n for n, seen in history.items() if not seen]
-
-
 def fresh_references(
     probe: Sequence[str], fresh: Sequence[str], allocated: int, policy: Policy
 ) -> list[str]:
