@@ -575,12 +575,10 @@ def past_figures(
     also: Sequence[ProbePolicy] = (),
 ) -> tuple[dict[str, list[float]], list[FleetFigure]]:
     """Own history (same recipe, within the age window) and the fleet's recent figures.
-    With ``also`` (for the prolog's triage: the full probe, the triage that writes), a node
-    with no history of this recipe is compared with its history of the first of those it
-    has: the seq read at the same block size and depth, another window (the sentinel's
-    yardstick too). Without it, a triage on a fleet known only from its sweeps had no
-    history at all, and an allocation slow all at once (a shared cause the full probe
-    reports) passed as OK among its peers."""
+    With ``also`` (for the prolog's triage: the full probe), a node with no history of this
+    recipe is compared with its history of the first of those it has: the seq read at the
+    same block size and depth, another window (the sentinel's yardstick too). Without it, a
+    triage on a fleet known only from its sweeps had no history at all."""
     vp = policy.verdict
     recipe = recipe_fingerprint(policy.probe)
     history = own_history(store, nodes, policy, now)

@@ -3,6 +3,7 @@ window, and baselines (OK or absolved by a shared cause), on SQLite and PostgreS
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 
 from store_data import at, verdict
@@ -87,7 +88,7 @@ def test_a_triage_without_history_of_its_own_reads_the_full_probes(db_store: Sto
     both, _ = past_figures(db_store, ["n1", "n2", "n3"], short, now, also=(full.probe,))
     assert both == {"n1": [300e6], "n2": [280e6], "n3": []}
     # n3 first seen by a triage that wrote (no history then): that one counts too
-    writing = triage_policy(full, write=True)
+    writing = triage_policy(replace(full, prolog=replace(full.prolog, triage_write=True)))
     judged(db_store, 3.5, "n3", 290.0, recipe=recipe_fingerprint(writing.probe))
     every, _ = past_figures(db_store, ["n1", "n3"], short, now, also=(full.probe, writing.probe))
     assert every == {"n1": [300e6], "n3": [290e6]}

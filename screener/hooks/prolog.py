@@ -252,8 +252,7 @@ def _screen_job(
             run_info={"prolog_probe": stage} if stage else None,
             beside=beside,
             # a triage compares a node it has no history of with the full probe's seq reads
-            # (or the writing triage's: a node first seen by one)
-            history_also=(policy.probe, triage_policy(policy, True).probe) if triage else (),
+            history_also=(policy.probe,) if triage else (),
         )
         return more[0] if more else ([], [])
 
@@ -378,8 +377,7 @@ def _sentinel_outcome(
 
 def _usual(policy: Policy, records: SlurmRecords, fresh: list[str]) -> dict[str, list[float]]:
     """Each fresh node's usual seq read, its sentinel's yardstick: its own baseline history
-    of the full probe, or of the triage for a node only ever triaged (the read-only triage,
-    else the one that wrote too: a node first seen by a triage has only that one)."""
+    of the full probe, or of the triage for a node only ever triaged."""
     from screener.pipeline import own_history  # app (the transport) imports it anyway
 
     now = datetime.now(UTC)
@@ -387,11 +385,8 @@ def _usual(policy: Policy, records: SlurmRecords, fresh: list[str]) -> dict[str,
     if policy.prolog.triage:
         from screener.hooks.triage import triage_policy
 
-        for write in (False, True):
-            if all(usual.get(n) for n in fresh):
-                break
-            short = own_history(records.store, fresh, triage_policy(policy, write), now)
-            usual = {n: usual.get(n) or short.get(n, []) for n in fresh}
+        short = own_history(records.store, fresh, triage_policy(policy), now)
+        usual = {n: usual.get(n) or short.get(n, []) for n in fresh}
     return usual
 
 

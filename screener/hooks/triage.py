@@ -22,18 +22,18 @@ from screener.verdict.confirm import NOT_SUSPECT_TAGS, references
 from screener.verdict.rules import borderline_level
 
 
-def triage_policy(policy: Policy, write: bool = False) -> Policy:
-    """The policy of a triage screen: the read jobs (the write too with ``triage_write`` or
-    ``write``, the random read only with ``triage_rand_read``), shortened to the triage's
-    ramp and runtime, sequential jobs in ``triage_seq_bs`` blocks if set (a recipe of its
-    own: history compares triage with triage, else with the full probe's seq reads)."""
+def triage_policy(policy: Policy) -> Policy:
+    """The policy of a triage screen: the read jobs (the write too with ``triage_write``, the
+    random read only with ``triage_rand_read``), shortened to the triage's ramp and runtime,
+    sequential jobs in ``triage_seq_bs`` blocks if set (a recipe of its own: history
+    compares triage with triage, else with the full probe's seq reads)."""
     pp = policy.prolog
     probe = replace(
         policy.probe,
         ramp_s=pp.triage_ramp_s,
         runtime_s=pp.triage_runtime_s,
         seq_bs=pp.triage_seq_bs or policy.probe.seq_bs,
-        seq_write=policy.probe.seq_write and (pp.triage_write or write),
+        seq_write=policy.probe.seq_write and pp.triage_write,
         rand_read=policy.probe.rand_read and pp.triage_rand_read,
     )
     return replace(policy, probe=probe)
