@@ -231,6 +231,13 @@ def main() -> int:
         help="with --prolog: [prolog] triage_rand_read = false (a sequential-read triage)",
     )
     ap.add_argument(
+        "--seq-iodepth",
+        type=int,
+        default=None,
+        help="with --prolog: [prolog] seq_iodepth (the triage's sequential queue depth);"
+        " default: the shipped policy's",
+    )
+    ap.add_argument(
         "--decisive",
         type=float,
         default=None,
@@ -254,7 +261,7 @@ def main() -> int:
             cluster = ClusterHandle(
                 mc, mc.up(NODES, subnet=slot.subnet, slurm_port_base=slot.slurm_port_base)
             )
-            from screener.policy import VerdictPolicy
+            from screener.policy import PrologPolicy, VerdictPolicy
 
             vp = VerdictPolicy()
             counter = iter(range(1_000_000))
@@ -272,6 +279,8 @@ def main() -> int:
                         },
                         "slurm": {"dry_run": True},
                     }
+                    if args.seq_iodepth is not None:
+                        extra["prolog"]["seq_iodepth"] = args.seq_iodepth
                 if args.decisive is not None:
                     extra["verdict"] = {"decisive_ratio": args.decisive}
                 write_config(cfg, cluster, db, Path(tmp) / "log", probe=probe, **extra)
@@ -351,6 +360,11 @@ def main() -> int:
         "decisive_ratio": VerdictPolicy().decisive_ratio
         if args.decisive is None
         else args.decisive,
+        "seq_iodepth": (
+            (PrologPolicy().seq_iodepth if args.seq_iodepth is None else args.seq_iodepth)
+            if args.prolog
+            else None
+        ),
         "repeat": args.repeat,
         "history_store": "shared, in scenario order" if args.shared_history else "per scenario",
         "healthy_median_mb_s": {"read": round(median / 1e6), "write": round(wmedian / 1e6)},

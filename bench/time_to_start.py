@@ -80,12 +80,14 @@ def config(
     rand: bool = True,
     confirm_all: bool = False,
     decisive: bool | None = False,
+    seq_iodepth: int | None = None,
 ) -> None:
     """The bench's policy; ``seq_bs`` sets [prolog] triage_seq_bs (None: its default),
     ``write`` [prolog] triage_write, ``rand`` triage_rand_read, ``confirm_all`` [verdict]
     confirm_every_job (the re-probe runs the whole recipe, as before 2026-11-26 04:30),
     ``decisive`` [verdict] decisive_ratio = 0.1 (a clear slow reader decided in round 1);
-    ``triage`` or ``decisive`` None: the shipped default (mode "default")."""
+    ``triage`` or ``decisive`` None: the shipped default (mode "default"); ``seq_iodepth``
+    [prolog] seq_iodepth (None: its default)."""
     prolog: dict[str, Any] = {"budget_s": 120.0, "triage_write": write}
     if triage is not None:
         prolog["triage"] = triage
@@ -95,6 +97,8 @@ def config(
         verdict["decisive_ratio"] = 0.1 if decisive else 0.0
     if seq_bs is not None:
         prolog["triage_seq_bs"] = seq_bs
+    if seq_iodepth is not None:
+        prolog["seq_iodepth"] = seq_iodepth
     write_config(
         cfg,
         cluster,
@@ -137,8 +141,10 @@ def case(
     """One screened job: submit -> start, prolog walls, where it ran. ``mode``: off, on, or
     on:BS (triage with [prolog] triage_seq_bs = BS); a "+write" suffix turns triage_write
     on, "+norand" triage_rand_read off, "+confirmall" confirm_every_job on, "+decisive"
-    decisive_ratio 0.1; "default": triage and decisive_ratio as shipped."""
+    decisive_ratio 0.1, "+qdN" [prolog] seq_iodepth N; "default": triage and decisive_ratio
+    as shipped."""
     base, *plus = mode.split("+")
+    depths = [int(p[2:]) for p in plus if p.startswith("qd")]
     triage, _, seq_bs = base.partition(":")
     tag = f"{name}-{mode.replace(':', '-').replace('+', '-')}-{rep}"
     out = d / tag
@@ -158,6 +164,7 @@ def case(
         "norand" not in plus,
         "confirmall" in plus,
         None if shipped and "decisive" not in plus else "decisive" in plus,
+        depths[0] if depths else None,
     )
     cluster.reset()
     pace_devices(cluster, list(cluster.nodes))
@@ -206,7 +213,8 @@ def main() -> int:
         " +write suffix turns triage_write on (on+write), +norand triage_rand_read off,"
         " +confirmall verdict.confirm_every_job on, +decisive verdict.decisive_ratio 0.1,"
         " +rolling one rolling sweep over every node first (all fresh), +history every"
-        " node's full-probe baseline of 2 h ago (history, none fresh)",
+        " node's full-probe baseline of 2 h ago (history, none fresh), +qdN [prolog]"
+        " seq_iodepth N (the sentinel's and the triage's sequential queue depth)",
     )
     ap.add_argument("--size-mib", type=int, default=PROBE["size_mib"], help="probe region")
     ap.add_argument("--out", type=Path, default=RESULTS, help="where the JSON goes")
@@ -215,13 +223,13 @@ def main() -> int:
     modes = [m for m in args.modes.split(",") if m]
     if any(
         m.split("+")[0].partition(":")[0] not in ("default", "off", "on")
-        or not set(m.split("+")[1:])
+        or not {p for p in m.split("+")[1:] if not re.fullmatch(r"qd[1-9][0-9]*", p)}
         <= {"write", "norand", "confirmall", "decisive", "rolling", "history"}
         for m in modes
     ):
         raise SystemExit(
             "--modes: default, off, on or on:BS"
-            " (+write, +norand, +confirmall, +decisive, +rolling, +history),"
+            " (+write, +norand, +confirmall, +decisive, +rolling, +history, +qdN),"
             f" not {args.modes!r}"
         )
     rows: list[dict[str, Any]] = []

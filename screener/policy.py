@@ -29,6 +29,9 @@ class ProbePolicy:
     runtime_s: float = 3.0  # measured seconds per job (after ramp)
     ramp_s: float = 1.0  # discarded warm-up seconds per job
     iodepth: int = 32  # fills an NVMe queue (seed 000: QD1 under-reports)
+    # The sequential jobs' queue depth (0 = iodepth). Set by the prolog's short reads
+    # ([prolog] seq_iodepth): a slow reader drains fewer queued 1 MiB reads after each job.
+    seq_iodepth: int = 0
     ioengine: str = "libaio"  # libaio | io_uring
     seq_bs: str = "1M"
     rand_bs: str = "4k"
@@ -164,6 +167,11 @@ class PrologPolicy:
     # flight, which a slow reader drains 4x sooner than 1M (4 s less per slow-node prolog
     # here), but it missed close pairs on the emulated fleet: docs/performance.md.
     triage_seq_bs: str = ""
+    # The queue depth of the prolog's short sequential reads, the sentinel's and the
+    # triage's (0 = probe.iodepth). After a time-based fio job every queued read must
+    # complete: 32 x 1 MiB take a 15 MB/s reader ~2 s, 8 x 1 MiB ~0.5 s. 8 since
+    # 2026-11-26 (issue 22): the prolog matrix matched QD32's (docs/performance.md).
+    seq_iodepth: int = 8
     # The triage's jobs: the reads always; the sequential write only with this on. The
     # write costs each round ~1 s here (0.25 + 0.5 s + fio's ~0.3 s per job) and tells a
     # slow reader from its peers nothing the read does not; the full probe keeps it.
@@ -353,6 +361,7 @@ _BOUNDS: dict[str, tuple[float, float, bool]] = {
     "probe.runtime_s": (0.001, _MAX_SECONDS, False),
     "probe.ramp_s": (0, _MAX_SECONDS, False),
     "probe.iodepth": (1, 1024, False),
+    "probe.seq_iodepth": (0, 1024, False),
     "probe.min_free_mib": (0, _MAX_SIZE_MIB, False),
     "probe.layout_min_mb_s": (0.001, _RATE, False),  # the layout timeout divides by it
     "probe.iostat_interval_s": (1, 3600, False),
@@ -395,6 +404,7 @@ _BOUNDS: dict[str, tuple[float, float, bool]] = {
     "prolog.sentinel_drop": (0, 1, True),
     "prolog.triage_runtime_s": (0.1, 60, False),
     "prolog.triage_ramp_s": (0, 60, False),
+    "prolog.seq_iodepth": (0, 1024, False),
     "prolog.iostat_interval_s": (1, 3600, False),
     "prolog.iostat_max_s": (1, _YEAR, False),
     "prolog.job_r_await_factor": (1, _FACTOR, True),

@@ -162,13 +162,13 @@ def test_second_distinct_slow_node_trips_the_partition_guard(site: dict[str, Any
 
 def test_shared_cause_drains_the_outlier_and_records_the_absolved(site: dict[str, Any]) -> None:
     """Every allocated node reads slowly (a shared cause); one of them 20x slower still: it
-    is drained and the job requeued, the others are absolved and the run says why. The full
-    probe (triage off): on a new store its write/read ratio shows the shared slowdown; the
-    read-only triage, with no history to compare with, sees 3 nodes like their peers (it
-    drains the outlier, reports no shared cause: docs/detection.md)."""
+    is drained and the job requeued, the others are absolved and the run says why. On the
+    shipped policy (triage on) and a new store: nodes never fully probed get the full probe
+    first, whose write/read ratio shows the shared slowdown (a read-only triage, with no
+    history to compare with, saw 3 nodes like their peers and reported no shared cause)."""
     cluster = site["cluster"]
     write_config(
-        site["config"], cluster, site["db"], site["log"], prolog={"triage": False},
+        site["config"], cluster, site["db"], site["log"],
         slurm={"partition_max_drain_fraction": 0.2, "max_drain_fraction": 0.34},
     )  # fmt: skip
     shared, outlier = cluster.nodes[1:4], cluster.nodes[0]
@@ -179,6 +179,7 @@ def test_shared_cause_drains_the_outlier_and_records_the_absolved(site: dict[str
     job, ran = _finished(site, job_id)
     log = site["log"].read_text()
     assert job["restart_cnt"] >= 1 and outlier not in ran and len(ran) == 4, (ran, log)
+    assert "never fully probed): full probe" in log, log
     assert f"drained {outlier}: screener: rd " in log, log
     assert "DRAIN" in sinfo_nodes(cluster)[outlier]["state_flags"]
     assert all("DRAIN" not in sinfo_nodes(cluster)[n]["state_flags"] for n in shared)

@@ -6,6 +6,7 @@ import contextlib
 import json
 import os
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from screener.probe.fio import (
     parse_fio,
     policy_jobs,
     probe_duration_s,
+    recipe_fingerprint,
 )
 from screener.probe_data import NodeProbe
 
@@ -355,6 +357,21 @@ def test_real_fio_run_of_the_built_argv(tmp_path: Path) -> None:
         fio_argv(policy, ["seq_read"]), capture_output=True, text=True, timeout=60
     )
     assert [j.name for j in parse_fio(again.stdout, "local").jobs] == ["seq_read"]
+    # [prolog] seq_iodepth: the sequential jobs' own queue depth, the random read keeps its
+    shallow = replace(policy, seq_iodepth=2)
+    done = subprocess.run(fio_argv(shallow), capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    depths = {j.name: j.iodepth for j in parse_fio(done.stdout, "local").jobs}
+    assert depths == {"seq_write": 2, "seq_read": 2, "rand_read": 4}
+
+
+def test_a_sequential_queue_depth_is_a_recipe_of_its_own_only_when_it_differs() -> None:
+    base = ProbePolicy(iodepth=32)
+    assert recipe_fingerprint(replace(base, seq_iodepth=32)) == recipe_fingerprint(base)
+    assert recipe_fingerprint(replace(base, seq_iodepth=8)) != recipe_fingerprint(base)
+    argv = fio_argv(replace(base, seq_iodepth=8), ["seq_read", "rand_read"])
+    assert argv.count("--iodepth=8") == 1 and argv.count("--iodepth=32") == 1
+    assert argv.index("--iodepth=8") < argv.index("--name=rand_read")
 
 
 def test_job_that_failed_without_any_io_is_a_probe_error() -> None:

@@ -29,6 +29,9 @@ def test_argv_reads_the_kept_file_read_only_at_the_probes_queue_depth() -> None:
     assert argv[-1] == "--name=seq_read"
     with pytest.raises(ConfigError):  # the probe's own checks: fio splits at ';'
         sentinel_argv(ProbePolicy(target="/scratch;rm"), 0.25)
+    # the sequential queue depth when set ([prolog] seq_iodepth): fewer reads to drain
+    shallow = sentinel_argv(ProbePolicy(iodepth=32, seq_iodepth=8), 0.25)
+    assert "--iodepth=8" in shallow and "--iodepth=32" not in shallow
 
 
 def test_judgement_passes_only_a_node_reading_like_its_usual_self() -> None:

@@ -20,6 +20,7 @@ from tests.hooked_cluster import (
     pace_devices,
     run_screener,
     sbatch,
+    seen_by_the_sweep,
     sinfo_nodes,
     site_info,
     wait_job,
@@ -108,6 +109,8 @@ def partly_fresh(
     info = site_info(cluster, d, tmp_path, prolog=prolog, verdict=NO_STALLS)
     info["first"] = "triage" if triage else "screen"
     pace_devices(cluster, list(cluster.nodes))
+    if triage:  # seen by the sweeps: a node never fully probed gets the full probe first
+        seen_by_the_sweep(cluster, info["config"], info["db"])
     base = run_screener(cluster, info["config"], "screen", ",".join(cluster.nodes[1:]))
     assert base.returncode == 0, base.stdout + base.stderr
     yield info

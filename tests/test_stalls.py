@@ -118,3 +118,24 @@ def test_stalls_in_shadow_are_ok_with_what_they_would_have_flagged() -> None:
     assert by["node04"].status == Status.OK
     assert by["node04"].reason.startswith("would have flagged (shadow: stalls): seq read stalls")
     assert by["node04"].signals == ("shadow:stalls",) and not by["node04"].baseline
+
+
+def test_one_wait_of_a_short_reads_whole_queue_is_no_slow_share() -> None:
+    """A 0.5 s triage read at QD8: one hiccup of the whole queue is 5% of its reads. Captured
+    on the loaded emulated cluster (node06, 9 of 179 reads >= 100 ms): it made node06 a
+    slow_ios suspect and cost a healthy job a 14 s full probe. Two queues' worth still is
+    a share."""
+    probes = _round("triage_qd8_one_hiccup")
+    node06 = next(p for p in probes if p.node == "node06")
+    assert node06.seq_read is not None and node06.seq_read.iodepth == 8
+    slow = node06.seq_read.slow_fraction * node06.seq_read.total_ios
+    assert node06.seq_read.slow_fraction > 0.05 and 8 <= slow < 16
+    by = {v.node: v for v in evaluate(probes, {}, VerdictPolicy()).verdicts}
+    assert {v.status for v in by.values()} == {Status.OK}, by["node06"].reason
+    assert not is_suspect(by["node06"])
+    # twice as many slow reads (two waits of the queue): a share, the rule fires
+    read = node06.seq_read
+    doubled = replace(read, slow_fraction=read.slow_fraction * 2)
+    probes = [replace(p, seq_read=doubled) if p.node == "node06" else p for p in probes]
+    again = {v.node: v for v in evaluate(probes, {}, VerdictPolicy()).verdicts}
+    assert "slow_ios" in again["node06"].signals, again["node06"].reason

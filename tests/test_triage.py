@@ -66,6 +66,24 @@ def test_plan_holds_the_doubtful_back_for_the_full_probe() -> None:
     assert plan(few, 8, {"node01": "DEGRADED"}, set(), ON) == ([], few, "node01: not OK lately")
 
 
+def test_plan_gives_a_node_never_fully_probed_the_full_probe_first() -> None:
+    """A new store: nodes are each other's only peers, and a read-only triage would pass an
+    allocation-wide slowdown that the full probe's write/read ratio shows (issue 22)."""
+    assert plan(NODES, 8, {}, set(), ON, unseen=set(NODES)) == (
+        [],
+        NODES,
+        "node01, node02, node03 ...: never fully probed",
+    )
+    seen = {n: "OK" for n in NODES[:6]}
+    tri, held, why = plan(NODES, 8, {**seen, "node01": "SLOW_READ"}, set(), ON, None, {"node08"})
+    assert tri == [*NODES[1:6], "node07"] and held == ["node01", "node08"]
+    assert why == "node01: not OK lately; node08: never fully probed"
+    # the budget still comes first: no room for a full probe after the triage, all triaged
+    assert plan(NODES, 8, seen, set(), ON, 1.0, {"node07", "node08"})[:2] == (NODES, [])
+    # triage off: unchanged (every node gets the full probe anyway)
+    assert plan(NODES, 8, {}, set(), OFF, unseen=set(NODES)) == ([], NODES, "triage off")
+
+
 def test_plan_sends_small_allocations_to_the_full_probe() -> None:
     assert plan(NODES, 8, {}, set(), OFF) == ([], NODES, "triage off")
     assert plan(NODES[:3], 3, {}, set(), ON) == ([], NODES[:3], "3 nodes < verdict.min_peers 4")

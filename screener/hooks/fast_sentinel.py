@@ -32,7 +32,10 @@ async def run_sentinels(
 ) -> list[SentinelResult]:
     """Each node's sentinel, all at once; errors become failed sentinels (full probe)."""
     pp = policy.prolog
-    argv = sentinel_argv(policy.probe, pp.sentinel_s)
+    probe = dataclasses.replace(
+        policy.probe, seq_iodepth=pp.seq_iodepth or policy.probe.seq_iodepth
+    )
+    argv = sentinel_argv(probe, pp.sentinel_s)
     timeout = min(policy.transport.command_timeout_s, pp.sentinel_s + SENTINEL_SLACK_S)
 
     async def one(node: str) -> SentinelResult:

@@ -265,7 +265,9 @@ def _screen_job(
 
     if probe:
         left = pp.budget_s - (time.monotonic() - t0) - DECIDE_RESERVE_S
-        tri, held, why = plan(probe, len(job.nodes), statuses, flaky, policy, left)
+        # with the store: a node it holds no full verdict of gets the full probe first
+        unseen = {n for n in probe if n not in statuses} if records is not None else set()
+        tri, held, why = plan(probe, len(job.nodes), statuses, flaky, policy, left, unseen)
         if pp.triage and not tri:
             log(f"triage skipped ({why}): full probe")
         elif tri and held:

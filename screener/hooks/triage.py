@@ -25,14 +25,15 @@ from screener.verdict.rules import borderline_level
 def triage_policy(policy: Policy) -> Policy:
     """The policy of a triage screen: the read jobs (the write too with ``triage_write``, the
     random read only with ``triage_rand_read``), shortened to the triage's ramp and runtime,
-    sequential jobs in ``triage_seq_bs`` blocks if set (a recipe of its own: history
-    compares triage with triage, else with the full probe's seq reads)."""
+    sequential jobs in ``triage_seq_bs`` blocks and at ``seq_iodepth`` if set (a recipe of
+    its own: history compares triage with triage, else with the full probe's seq reads)."""
     pp = policy.prolog
     probe = replace(
         policy.probe,
         ramp_s=pp.triage_ramp_s,
         runtime_s=pp.triage_runtime_s,
         seq_bs=pp.triage_seq_bs or policy.probe.seq_bs,
+        seq_iodepth=pp.seq_iodepth or policy.probe.seq_iodepth,
         seq_write=policy.probe.seq_write and pp.triage_write,
         rand_read=policy.probe.rand_read and pp.triage_rand_read,
     )
@@ -46,6 +47,7 @@ def plan(
     flaky: Set[str],
     policy: Policy,
     left_s: float | None = None,
+    unseen: Set[str] = frozenset(),
 ) -> tuple[list[str], list[str], str]:
     """(nodes to triage, nodes for the full probe only, why) over ``nodes``, those the
     prolog must probe. The full probe is for allocations of fewer than ``min_peers`` nodes
@@ -53,7 +55,11 @@ def plan(
     figures as peers), and for nodes whose latest full-probe verdict (``latest``: status
     by node; a triage's own doubt is triaged again) was neither OK nor UNKNOWN or with a
     recent slow episode (``flaky``): they have shown an ambiguity a short probe could miss
-    (stalls seconds apart). Those join the triage's escalation, beside its references;
+    (stalls seconds apart); and for nodes with no full-probe verdict at all (``unseen``):
+    a read-only triage of nodes without history cannot tell an allocation-wide slowdown
+    from the fleet's level (they are each other's only peers), which the full probe's
+    write/read ratio shows, and their first full probe leaves the history the next triage
+    compares with. Those join the triage's escalation, beside its references;
     when fewer than ``min_peers`` nodes would be triaged, every node gets the full probe
     at once (one screen instead of two). When ``left_s`` (the budget left) cannot hold the
     triage and then their full probe, they are triaged with the others: a short probe
@@ -64,8 +70,14 @@ def plan(
         why = f"{allocated} nodes < verdict.min_peers {policy.verdict.min_peers}"
         return [], list(nodes), why
     ok = (Status.OK.value, Status.UNKNOWN.value)
-    doubt = [n for n in nodes if n in flaky or latest.get(n, Status.OK.value) not in ok]
-    named = f"{', '.join(doubt[:3])}{' ...' if len(doubt) > 3 else ''}: not OK lately"
+    lately = [n for n in nodes if n in flaky or latest.get(n, Status.OK.value) not in ok]
+    new = [n for n in nodes if n in unseen and n not in lately]
+    doubt = [n for n in nodes if n in lately or n in new]
+    named = "; ".join(
+        f"{', '.join(some[:3])}{' ...' if len(some) > 3 else ''}: {what}"
+        for some, what in ((lately, "not OK lately"), (new, "never fully probed"))
+        if some
+    )
     tri = [n for n in nodes if n not in doubt]
     if doubt and len(tri) < policy.verdict.min_peers:
         return [], list(nodes), named

@@ -58,6 +58,8 @@ def recipe_fingerprint(policy: ProbePolicy) -> str:
     }
     if not policy.seq_write:  # only then: the fingerprints of write+read recipes stay as they were
         recipe["seq_write"] = False
+    if seq_iodepth(policy) != policy.iodepth:  # likewise: recipes without it keep their name
+        recipe["seq_iodepth"] = seq_iodepth(policy)
     text = json.dumps(recipe, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -166,10 +168,23 @@ def layout_argv(policy: ProbePolicy, fio: str = "fio") -> list[str]:
     ]
 
 
+def seq_iodepth(policy: ProbePolicy) -> int:
+    """The sequential jobs' queue depth: ``seq_iodepth``, else the probe's ``iodepth``."""
+    return policy.seq_iodepth or policy.iodepth
+
+
+def _seq_depth(policy: ProbePolicy) -> list[str]:
+    """The job's own --iodepth when the sequential jobs have theirs (fewer queued reads for
+    a slow reader to drain after a short job); parse_fio reads a job's option first."""
+    depth = seq_iodepth(policy)
+    return [] if depth == policy.iodepth else [f"--iodepth={depth}"]
+
+
 def _seq_write(policy: ProbePolicy) -> list[str]:
     return [
         "--rw=write",
         f"--bs={policy.seq_bs}",
+        *_seq_depth(policy),
         # Lay the whole file out with real data before the job starts (and make later
         # writes true overwrites): reads that follow then read written blocks, never the
         # unwritten extents an SSD or ext4 answers without touching flash.
@@ -178,7 +193,7 @@ def _seq_write(policy: ProbePolicy) -> list[str]:
 
 
 def _seq_read(policy: ProbePolicy) -> list[str]:
-    return ["--rw=read", f"--bs={policy.seq_bs}"]
+    return ["--rw=read", f"--bs={policy.seq_bs}", *_seq_depth(policy)]
 
 
 def _rand_read(policy: ProbePolicy) -> list[str]:
@@ -230,7 +245,7 @@ def _check_policy(p: ProbePolicy) -> None:
     bad = target_problem(p.target)
     if bad:
         raise ConfigError(f"probe.target {bad}")
-    if p.size_mib <= 0 or p.iodepth < 1 or p.runtime_s <= 0 or p.ramp_s < 0:
+    if p.size_mib <= 0 or p.iodepth < 1 or p.seq_iodepth < 0 or p.runtime_s <= 0 or p.ramp_s < 0:
         raise ConfigError("probe size, iodepth and runtime must be positive, ramp >= 0")
 
 

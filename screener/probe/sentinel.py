@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from screener.policy import ProbePolicy
-from screener.probe.fio import _fio_escape, _ms, fio_argv, probe_file
+from screener.probe.fio import _fio_escape, _ms, fio_argv, probe_file, seq_iodepth
 
 SENTINEL_JOB = "seq_read"  # parse_fio's job name: the figure is a seq read like the probe's
 
@@ -40,8 +40,10 @@ def sentinel_argv(policy: ProbePolicy, runtime_s: float, fio: str = "fio") -> li
         # The device, not the page cache (the kept file may still be cached).
         "--direct=1",
         f"--ioengine={policy.ioengine}",
-        # The probe's queue depth: QD32 shows a slow reader within a few hundred I/Os.
-        f"--iodepth={policy.iodepth}",
+        # The probe's sequential queue depth ([prolog] seq_iodepth): a slow reader shows
+        # within a few dozen 1 MiB reads, and every queued read must complete before fio
+        # exits (32 take a 15 MB/s reader ~2 s, 8 ~0.5 s).
+        f"--iodepth={seq_iodepth(policy)}",
         "--rw=read",
         f"--bs={policy.seq_bs}",
         # A fixed, short wall time whatever the device speed.
