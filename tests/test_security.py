@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import shlex
+import signal
+import subprocess
+import time
+from pathlib import Path
 
 import pytest
 
@@ -92,3 +97,50 @@ def test_cleanup_passes_the_tag_as_a_positional_parameter() -> None:
     assert argv[:2] == ["sh", "-c"] and argv[-2:] == ["screener-cleanup", "20261122-abcdef"]
     assert "20261122" not in argv[2]  # the script text never contains the tag
     assert "grep -lxzF" in argv[2]  # exact whole-entry match: never a prefix or a name
+
+
+def test_cleanup_also_kills_what_a_tagged_process_forks_after_the_first_scan(
+    tmp_path: Path,
+) -> None:
+    """The real cleanup script, run here (the nodes run the same text over SSH): a tagged
+    process that forks when it gets the TERM (as fio may start its job process around the
+    first scan) leaves no tagged child behind. Before the second scan, one fio survived a
+    SIGTERM'd screen in CI (2026-11-26)."""
+    tag = "20261126-cleanup"
+    child_pid, ready = tmp_path / "child", tmp_path / "ready"
+    script = (
+        'trap \'sleep 300 & echo $! > "$1"; wait\' TERM; : > "$2"; while :; do sleep 0.05; done'
+    )
+    parent = subprocess.Popen(
+        ["sh", "-c", script, "tagged", str(child_pid), str(ready)],
+        env={**os.environ, "SCREENER_RUN": tag},
+    )
+    try:
+        deadline = time.monotonic() + 10
+        while not ready.exists():  # the trap is set before the file appears
+            assert time.monotonic() < deadline and parent.poll() is None
+            time.sleep(0.01)
+        env = {k: v for k, v in os.environ.items() if k != "SCREENER_RUN"}
+        done = subprocess.run(
+            cleanup_argv(tag), env=env, capture_output=True, text=True, timeout=30
+        )
+        assert done.returncode == 0, done.stderr
+        assert parent.wait(timeout=10) == -signal.SIGKILL
+        child = int(child_pid.read_text())
+        assert f"after TERM: {child}" in done.stdout or f" {child}" in done.stdout, done.stdout
+        deadline = time.monotonic() + 10
+        while _alive(child):  # KILLed: gone once init reaps it
+            assert time.monotonic() < deadline, f"tagged child {child} survived the cleanup"
+            time.sleep(0.01)
+    finally:
+        parent.kill()
+        parent.wait()
+
+
+def _alive(pid: int) -> bool:
+    """Is ``pid`` a live process (not gone, not a zombie)?"""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"

@@ -22,19 +22,26 @@ CLEANUP_TIMEOUT_S = 10.0  # per node; a prolog killed by Slurm has little time l
 # $1 = the tag. One grep reads every /proc/PID/environ (-z: NUL-separated entries, -x: the
 # whole entry, -F: no pattern syntax), so a node with thousands of processes is scanned in
 # one process, not two forks per pid. This command itself never carries the tag (RUN_TAG is
-# unset for cleanup). Prints the pids it signalled.
+# unset for cleanup). TERM, then a second scan before the KILL: a process forked after the
+# first scan (fio starts its job process after its main one) is found and killed too (CI,
+# 2026-11-26: one fio left running after a SIGTERM'd screen). Prints the pids it signalled.
 CLEANUP_SCRIPT = r"""
-found=""
-for f in $(grep -lxzF -e "SCREENER_RUN=$1" /proc/[0-9]*/environ 2>/dev/null); do
-  pid=${f#/proc/}
-  pid=${pid%/environ}
-  [ "$pid" = "$$" ] || found="$found $pid"
-done
+scan() {
+  found=""
+  for f in $(grep -lxzF -e "SCREENER_RUN=$1" /proc/[0-9]*/environ 2>/dev/null); do
+    pid=${f#/proc/}
+    pid=${pid%/environ}
+    [ "$pid" = "$$" ] || found="$found $pid"
+  done
+}
+scan "$1"
 [ -n "$found" ] || exit 0
-kill -TERM $found 2>/dev/null
+first="$found"
+kill -TERM $first 2>/dev/null
 sleep 1
-kill -KILL $found 2>/dev/null
-echo "killed$found"
+scan "$1"
+kill -KILL $first $found 2>/dev/null
+echo "killed$first${found:+; after TERM:$found}"
 """
 
 
