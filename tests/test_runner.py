@@ -11,15 +11,7 @@ import pytest
 from screener import process
 from screener.errors import CommandTimeout, ConfigError, TransportError
 from screener.process import run_command
-
-
-def _running(pid: int) -> bool:
-    """True if ``pid`` exists and is not a zombie (a killed orphan awaiting init's reap)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+from tests.procs import running as _running
 
 
 def _pids(path: Path) -> list[int]:

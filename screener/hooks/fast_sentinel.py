@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 from screener.errors import ProbeError, TransportError
 from screener.hooks.hooklog import HookLog
+from screener.hooks.triage import short_read_depth
 from screener.policy import Policy
 from screener.probe.fio import parse_fio
 from screener.probe.sentinel import SENTINEL_JOB, SentinelResult, judge_sentinel, sentinel_argv
@@ -32,9 +33,7 @@ async def run_sentinels(
 ) -> list[SentinelResult]:
     """Each node's sentinel, all at once; errors become failed sentinels (full probe)."""
     pp = policy.prolog
-    probe = dataclasses.replace(
-        policy.probe, seq_iodepth=pp.seq_iodepth or policy.probe.seq_iodepth
-    )
+    probe = dataclasses.replace(policy.probe, seq_iodepth=short_read_depth(policy))
     argv = sentinel_argv(probe, pp.sentinel_s)
     timeout = min(policy.transport.command_timeout_s, pp.sentinel_s + SENTINEL_SLACK_S)
 

@@ -33,11 +33,17 @@ def triage_policy(policy: Policy) -> Policy:
         ramp_s=pp.triage_ramp_s,
         runtime_s=pp.triage_runtime_s,
         seq_bs=pp.triage_seq_bs or policy.probe.seq_bs,
-        seq_iodepth=pp.seq_iodepth or policy.probe.seq_iodepth,
+        seq_iodepth=short_read_depth(policy),
         seq_write=policy.probe.seq_write and pp.triage_write,
         rand_read=policy.probe.rand_read and pp.triage_rand_read,
     )
     return replace(policy, probe=probe)
+
+
+def short_read_depth(policy: Policy) -> int:
+    """The queue depth of the prolog's short sequential reads (the sentinel's, the
+    triage's): ``[prolog] seq_iodepth``, else the probe's own sequential depth."""
+    return policy.prolog.seq_iodepth or policy.probe.seq_iodepth
 
 
 def plan(
