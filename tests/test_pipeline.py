@@ -154,7 +154,12 @@ def test_errors_are_unknown_with_reason(cluster: Any, fault: str, kind: str, wor
     assert v.status == Status.UNKNOWN, v
     assert words in v.reason, v.reason
     assert result.probes[bad].error_kind == kind
-    assert all(s == Status.OK for n, s in statuses(result).items() if n != bad)
+    # the others were probed and judged as usual: the error does not spread to them (a
+    # loaded CI host may leave one DEGRADED on a 1.5 s probe; never UNKNOWN, never SLOW)
+    others = {n: s for n, s in statuses(result).items() if n != bad}
+    assert all(result.probes[n].error_kind is None for n in others), result.summary
+    assert set(others.values()) <= {Status.OK, Status.DEGRADED}, result.summary
+    assert list(others.values()).count(Status.OK) >= len(others) - 1, result.summary
 
 
 def test_unknown_host_key_is_refused(cluster: Any, tmp_path: Path) -> None:
