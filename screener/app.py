@@ -46,6 +46,7 @@ def run_screen(
     run_info: Mapping[str, object] | None = None,
     beside: Beside | None = None,
     history_also: Sequence[ProbePolicy] = (),
+    earlier: Mapping[str, float] | None = None,
 ) -> ScreenResult:
     """Open the store (migrating the embedded SQLite on first use), then screen ``nodes``.
 
@@ -78,6 +79,7 @@ def run_screen(
             run_info,
             beside,
             history_also,
+            earlier,
         )
     return result
 

@@ -430,6 +430,7 @@ async def screen(
     prober: Prober | None = None,
     run_info: Mapping[str, object] | None = None,
     history_also: Sequence[ProbePolicy] = (),
+    earlier: Mapping[str, float] | None = None,
 ) -> ScreenResult:
     """Screen ``nodes``: probe, judge against peers and history, confirm suspects, store.
 
@@ -437,7 +438,9 @@ async def screen(
     with what it has, and every node (or re-probe) not finished is UNKNOWN, never SLOW.
     ``prober`` (default: over ``transport``) says how nodes are probed; ``run_info`` is
     stored with the run's policy (e.g. the sweep's mode); ``history_also``: the recipes whose
-    seq-read history a node without history of this one is compared with (past_figures).
+    seq-read history a node without history of this one is compared with (past_figures);
+    ``earlier``: node -> a read the caller took just before / its usual (the prolog's
+    failed sentinel), a first window that lets round 1 decide (verdict.confirm.decisive).
     """
     clock = clock or SystemClock()
     prober = prober or TransportProber(transport, policy, on_done, locks)
@@ -465,8 +468,8 @@ async def screen(
         longest = [_longest(got)]
         again = suspects(summary) if policy.verdict.confirm else []
         usable = sum(1 for p in first if p.usable) if again else 0
-        if again and (sure := decisive(summary, usable, policy.verdict)):
-            summary = decided(summary, sure, policy.verdict.decisive_ratio)
+        if again and (sure := decisive(summary, usable, policy.verdict, earlier)):
+            summary = decided(summary, sure)
             again = [n for n in again if n not in sure]
         if again:
             if between_rounds is not None:

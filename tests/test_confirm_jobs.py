@@ -149,8 +149,46 @@ def test_decisive_needs_both_read_windows_far_below_real_peers(
         shared=shared,
     )
     assert VerdictPolicy().decisive_ratio == 0.1  # on by default since 2026-11-26
-    assert decisive(s, usable, VerdictPolicy()) == (["n1"] if want else [])
-    assert decisive(s, usable, VerdictPolicy(decisive_ratio=0.0)) == []  # off: always re-probed
+    assert list(decisive(s, usable, VerdictPolicy())) == (["n1"] if want else [])
+    assert decisive(s, usable, VerdictPolicy(decisive_ratio=0.0)) == {}  # off: always re-probed
+
+
+@pytest.mark.parametrize(
+    ("read", "signals", "sentinel", "usable", "shared", "want"),
+    [
+        (15.0, ("peer_read",), 0.05, 8, False, True),  # the bench's rolled 1/20 reader
+        (30.0, ("peer_read",), 0.1, 4, False, True),  # exactly 0.1x both, min_peers nodes
+        (15.0, ("peer_read",), 0.11, 8, False, False),  # the sentinel read above 0.1x
+        (31.0, ("peer_read",), 0.05, 8, False, False),  # the seq read above 0.1x
+        (15.0, ("abs_read", "history"), 0.05, 8, False, False),  # not the peer rule
+        (15.0, ("peer_read",), 0.05, 3, False, False),  # fewer than min_peers usable nodes
+        (15.0, ("peer_read",), 0.05, 8, True, False),  # a shared cause: re-probe
+        (15.0, ("peer_read",), None, 8, False, False),  # no earlier window: re-probe
+    ],
+)
+def test_a_failed_sentinel_is_the_first_window_when_the_random_read_is_not_low(
+    read: float,
+    signals: tuple[str, ...],
+    sentinel: float | None,
+    usable: int,
+    shared: bool,
+    want: bool,
+) -> None:
+    # a bandwidth throttle (the emulation's slow reader) leaves 4 KiB random reads near the
+    # peers: only the sentinel read before the screen is a second window as low
+    s = round1(
+        verdict("n1", Status.SLOW_READ, *signals, read_mb_s=read, rand_read_iops=70_000.0),
+        verdict("n2", Status.OK, read_mb_s=300.0, rand_read_iops=73_000.0),
+        shared=shared,
+    )
+    earlier = {} if sentinel is None else {"n1": sentinel}
+    got = decisive(s, usable, VerdictPolicy(), earlier)
+    assert list(got) == (["n1"] if want else [])
+    if want:
+        assert f"sentinel read {sentinel:.2f}x its usual" in got["n1"]
+    assert decisive(s, usable, VerdictPolicy(decisive_ratio=0.0), earlier) == {}
+    # an OK node's sentinel figure never decides anything
+    assert "n2" not in decisive(s, usable, VerdictPolicy(), {"n2": 0.01})
 
 
 def test_a_degraded_or_unmeasured_suspect_is_never_decisive() -> None:
@@ -158,7 +196,8 @@ def test_a_degraded_or_unmeasured_suspect_is_never_decisive() -> None:
         verdict("n1", Status.DEGRADED, *SLOW_BOTH, "facts", read_mb_s=15.0, rand_read_iops=3_600.0),
         verdict("n2", Status.SLOW_READ, *SLOW_BOTH, read_mb_s=15.0),  # no random read figure
     )
-    assert decisive(s, 8, VerdictPolicy(decisive_ratio=0.1)) == []
+    assert decisive(s, 8, VerdictPolicy(decisive_ratio=0.1)) == {}
+    assert decisive(s, 8, VerdictPolicy(decisive_ratio=0.1), {"n1": 0.01}) == {}
 
 
 def test_decided_confirms_the_chosen_nodes_and_says_why() -> None:
@@ -166,6 +205,10 @@ def test_decided_confirms_the_chosen_nodes_and_says_why() -> None:
         verdict("n1", Status.SLOW_READ, *SLOW_BOTH, read_mb_s=15.0, rand_read_iops=3_600.0),
         verdict("n2", Status.SLOW_READ, "peer_read", read_mb_s=100.0),
     )
-    out = {v.node: v for v in decided(s, ["n1"], 0.1).verdicts}
-    assert out["n1"].confirmed and "decisive in round 1" in out["n1"].reason
+    sure = decisive(s, 8, VerdictPolicy())
+    assert list(sure) == ["n1"]
+    out = {v.node: v for v in decided(s, sure).verdicts}
+    assert out["n1"].confirmed and out["n1"].reason.endswith(
+        "[decisive in round 1: seq read and 4k rand read both <= 0.1x the peer medians]"
+    )
     assert not out["n2"].confirmed and out["n2"].reason == s.verdicts[1].reason

@@ -408,5 +408,8 @@ def test_a_node_slow_since_its_rolling_probe_is_caught_by_its_sentinel(
     assert f"{nodes[0]}: sentinel read" in log, log
     assert f"{fold_nodes(nodes[1:5])}: fresh, triaged beside {nodes[0]} as references" in log
     assert "DRAIN" in sinfo_nodes(cluster)[nodes[0]]["state_flags"], log
+    # the failed sentinel was the first window: round 1 decided it, no re-probe
+    assert "[decisive in round 1: seq read <= 0.1x the peer median, after a sentinel read" in log
+    assert "round 2 beside" not in log, log
     ran = set((site["out"] / f"job-{job_id}.txt").read_text().split())
     assert job["job_state"] == "COMPLETED" and nodes[0] not in ran, (job, ran, log)

@@ -197,6 +197,7 @@ def _screen_job(
     iostat_started = False
     sent: list[SentinelResult] = []  # the sentinels that read beside the others' screen
     beside: Beside | None = None
+    earlier: dict[str, float] = {}  # failed sentinels: a first window for round 1 to decide
     if skip and probe:  # a triage of a few nodes gets references: the freshest passes
         freshest = sorted(skip, key=lambda n: last[n], reverse=True)
         skip, probe = _with_references(policy, job, freshest, probe, log)
@@ -206,6 +207,7 @@ def _screen_job(
         else:
             skip, probe, notes, results = _sentinels(policy, job, records, skip, log)
             iostat_started = pp.iostat and not probe
+            earlier = _sentinel_ratios(results)
             if probe:  # sentinels failed: triaged beside those that read most as usual
                 skip, probe = _with_references(policy, job, _steadiest(results), probe, log)
     if skip and beside is None:
@@ -214,12 +216,17 @@ def _screen_job(
     held: list[str] = []  # with triage: nodes for the full probe only, after it
 
     def run(
-        nodes: list[str], screen_policy: Policy, stage: str, beside: Beside | None = None
+        nodes: list[str],
+        screen_policy: Policy,
+        stage: str,
+        beside: Beside | None = None,
+        earlier: Mapping[str, float] | None = None,
     ) -> tuple[list[str], list[str]]:
         """Screen ``nodes``, act on the stored run (drain, in-job iostat); after a triage
         (``stage``: "triage", "escalated" or ""), the nodes it left ambiguous and references
         (in-job iostat then waits for those). With ``beside`` (the fresh nodes' sentinels),
-        a node whose sentinel failed joins them, or gets the full probe after the screen."""
+        a node whose sentinel failed joins them, or gets the full probe after the screen;
+        ``earlier``: what the failed sentinels read, each against its usual."""
         triage = stage == "triage"
         more: list[tuple[list[str], list[str]]] = []
 
@@ -251,6 +258,7 @@ def _screen_job(
             after=after,
             run_info={"prolog_probe": stage} if stage else None,
             beside=beside,
+            earlier=earlier,
             # a triage compares a node it has no history of with the full probe's seq reads
             history_also=(policy.probe,) if triage else (),
         )
@@ -275,7 +283,7 @@ def _screen_job(
         elif tri and why:
             log(f"triage of {fold_nodes(tri)}; {why}")
         first = (tri, triage_policy(policy), "triage") if tri else (probe, policy, "")
-        doubt, refs = run(*first, beside)
+        doubt, refs = run(*first, beside, earlier)
         fresh_checked()
         if doubt and max(outcome, default=0) == 0:
             _escalate(doubt, refs, policy, job, log, t0, run, first[2] or "screen")
@@ -334,6 +342,17 @@ def _sentinels(
     results = asyncio.run(sentinel_then_iostat(policy, job, fresh, usual, log))
     skip, failed, notes = _sentinel_outcome(results, log)
     return skip, failed, notes, results
+
+
+def _sentinel_ratios(results: list[SentinelResult]) -> dict[str, float]:
+    """What each failed sentinel read against its node's usual (the ones that measured):
+    a window before the screen, so round 1 can decide a node as slow again
+    (verdict.confirm.decisive)."""
+    return {
+        r.node: r.read_bw / r.usual_bw
+        for r in results
+        if not r.passed and r.read_bw is not None and r.usual_bw
+    }
 
 
 def _steadiest(results: list[SentinelResult]) -> list[str]:

@@ -50,6 +50,7 @@ def run_loop(
     run_info: Mapping[str, object] | None = None,
     beside: Beside | None = None,
     history_also: Sequence[ProbePolicy] = (),
+    earlier: Mapping[str, float] | None = None,
 ) -> ScreenResult:
     """The event loop of one screen, with SIGTERM turned into a clean stop."""
     terminated: list[int] = []
@@ -89,6 +90,7 @@ def run_loop(
                     prober=None if prober is None else prober(transport, node_locks),
                     run_info=run_info,
                     history_also=history_also,
+                    earlier=earlier,
                 )
             result = settled(result, store)
             if side is not None:

@@ -3,7 +3,7 @@ re-probe round is merged into the first round's verdicts. Pure, like screener.ve
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from screener.policy import VerdictPolicy
@@ -69,36 +69,55 @@ def confirm_jobs(summary: RunSummary, again: Sequence[str], jobs: Sequence[str])
     return tuple(j for j in jobs if j in need)
 
 
-def decisive(summary: RunSummary, usable: int, policy: VerdictPolicy) -> list[str]:
-    """Suspects round 1 already decided (``decisive_ratio``; 0 = none): SLOW_READ on the
-    peer rules of both read jobs, the sequential read and then the 4 KiB random read, each
-    at or below that fraction of the round's own peer median, among at least ``min_peers``
-    usable nodes (no borrowed fleet figures) and no shared cause. Two windows one after
-    the other, each ten times below the peers, are the evidence a re-probe would add (the
-    lowest healthy node of 540 prolog verdicts read 0.72x)."""
+def decisive(
+    summary: RunSummary,
+    usable: int,
+    policy: VerdictPolicy,
+    earlier: Mapping[str, float] | None = None,
+) -> dict[str, str]:
+    """Suspects round 1 already decided (``decisive_ratio``; 0 = none), each with why:
+    SLOW_READ on the peer rule of the sequential read at or below that fraction of the
+    round's own peer median, among at least ``min_peers`` usable nodes (no borrowed fleet
+    figures) and no shared cause, and a second window as low: the 4 KiB random read (its
+    peer rule, at or below that fraction too), or a read this prolog took before the
+    screen (``earlier``: node -> that read / the node's usual, its failed sentinel). Two
+    windows one after the other, each ten times below, are the evidence a re-probe would
+    add (the lowest healthy node of 540 prolog verdicts read 0.72x)."""
     level = policy.decisive_ratio
     read, rand = summary.peer_read_median_mb_s, summary.peer_rand_median_iops
-    if level <= 0 or summary.shared_cause or usable < policy.min_peers or not read or not rand:
-        return []
-    return [
-        v.node
-        for v in summary.verdicts
-        if v.status == Status.SLOW_READ
-        and {"peer_read", "peer_rand"} <= set(v.signals)
-        and v.read_mb_s is not None
-        and v.rand_read_iops is not None
-        and v.read_mb_s <= level * read
-        and v.rand_read_iops <= level * rand
-    ]
+    if level <= 0 or summary.shared_cause or usable < policy.min_peers or not read:
+        return {}
+    before = earlier or {}
+    sure: dict[str, str] = {}
+    for v in summary.verdicts:
+        tags = set(v.signals)
+        if v.status != Status.SLOW_READ or "peer_read" not in tags:
+            continue
+        if v.read_mb_s is None or v.read_mb_s > level * read:
+            continue
+        if (
+            rand
+            and "peer_rand" in tags
+            and v.rand_read_iops is not None
+            and v.rand_read_iops <= level * rand
+        ):
+            sure[v.node] = f"seq read and 4k rand read both <= {level:g}x the peer medians"
+        elif (ratio := before.get(v.node)) is not None and 0 <= ratio <= level:
+            sure[v.node] = (
+                f"seq read <= {level:g}x the peer median, after a sentinel read "
+                f"{fmt_ratio(ratio)}x its usual"
+            )
+    return sure
 
 
-def decided(summary: RunSummary, nodes: Sequence[str], level: float) -> RunSummary:
-    """``summary`` with the ``nodes`` decisive() chose confirmed by round 1, said so."""
-    said = f"[decisive in round 1: seq read and 4k rand read both <= {level:g}x the peer medians]"
+def decided(summary: RunSummary, sure: Mapping[str, str]) -> RunSummary:
+    """``summary`` with the nodes decisive() chose confirmed by round 1, each said why."""
     return replace(
         summary,
         verdicts=tuple(
-            replace(v, confirmed=True, reason=f"{v.reason} {said}") if v.node in nodes else v
+            replace(v, confirmed=True, reason=f"{v.reason} [decisive in round 1: {sure[v.node]}]")
+            if v.node in sure
+            else v
             for v in summary.verdicts
         ),
     )
