@@ -467,7 +467,13 @@ def test_down_leaves_nothing_behind(tmp_path: Path) -> None:
         pytest.skip("SCREENER_SKIP_CLUSTER=1")
     hook_out = tmp_path / "prolog.env"
     hook = tmp_path / "prolog.sh"
-    hook.write_text(f'#!/bin/sh\nscontrol show config > /dev/null && env > "{hook_out}"\n')
+    # env writes into a temporary file renamed when complete: the test polls for the name,
+    # and `env > file` creates it empty before env has written a line (CI on fd4e250)
+    hook.write_text(
+        "#!/bin/sh\n"
+        f'scontrol show config > /dev/null && env > "{hook_out}.part"'
+        f' && mv "{hook_out}.part" "{hook_out}"\n'
+    )
     hook.chmod(0o755)
     with claim_slot() as slot:
         mc = Cluster(slot.state_dir)
