@@ -19,10 +19,12 @@ import pytest
 from test_pipeline import cluster_policy, run, statuses
 
 from bench.stall import Stall
+from screener.pipeline import ScreenResult
+from screener.policy import Policy
 from screener.probe.fio import recipe_fingerprint
 from screener.probe_data import RunSummary, Status, Trigger, Verdict
 from screener.store import Store, open_store
-from screener.verdict.judge import MIN_HISTORY
+from screener.verdict.rules import MIN_HISTORY
 
 pytestmark = pytest.mark.cluster
 
@@ -68,10 +70,10 @@ def test_history_of_another_recipe_or_era_is_not_used(cluster: Any, tmp_path: Pa
     assert set(statuses(again).values()) == {Status.UNKNOWN}
 
 
-def _until_history(cluster: Any, policy: Any, store: Store, most: int = 6) -> list[Any]:
+def _until_history(cluster: Any, policy: Policy, store: Store, most: int = 6) -> list[ScreenResult]:
     """Runs until every node holds MIN_HISTORY baselines (a noisy CI host may flag one
     node once, which then stores no baseline and would have no history to drop from)."""
-    done: list[Any] = []
+    done: list[ScreenResult] = []
     while len(done) < most:
         done.append(run(cluster, policy, store))
         held = Counter(v.node for r in done for v in r.summary.verdicts if v.baseline)

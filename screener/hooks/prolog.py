@@ -348,11 +348,7 @@ def _sentinel_ratios(results: list[SentinelResult]) -> dict[str, float]:
     """What each failed sentinel read against its node's usual (the ones that measured):
     a window before the screen, so round 1 can decide a node as slow again
     (verdict.confirm.decisive)."""
-    return {
-        r.node: r.read_bw / r.usual_bw
-        for r in results
-        if not r.passed and r.read_bw is not None and r.usual_bw
-    }
+    return {r.node: r.ratio for r in results if not r.passed and r.ratio is not None}
 
 
 def _steadiest(results: list[SentinelResult]) -> list[str]:

@@ -69,6 +69,11 @@ class SentinelResult:
     read_bw: float | None = None  # bytes/s the sentinel read, when it ran
     usual_bw: float | None = None  # the node's usual seq read it was compared with
 
+    @property
+    def ratio(self) -> float | None:
+        """What it read / its usual, when both are known."""
+        return None if self.read_bw is None or not self.usual_bw else self.read_bw / self.usual_bw
+
 
 def judge_sentinel(
     node: str,

@@ -102,7 +102,7 @@ def decisive(
             and v.rand_read_iops <= level * rand
         ):
             sure[v.node] = f"seq read and 4k rand read both <= {level:g}x the peer medians"
-        elif (ratio := before.get(v.node)) is not None and 0 <= ratio <= level:
+        elif (ratio := before.get(v.node)) is not None and ratio <= level:
             sure[v.node] = (
                 f"seq read <= {level:g}x the peer median, after a sentinel read "
                 f"{fmt_ratio(ratio)}x its usual"
