@@ -55,6 +55,23 @@ def statuses(result: ScreenResult) -> dict[str, Status]:
     return {v.node: v.status for v in result.summary.verdicts}
 
 
+# Evidence a loaded 2-core host can leave on a healthy peer in a 1.5 s probe: a soft rule
+# (a stall mode, a close call) or a re-probe that was slow twice but not clearly. Each makes
+# it DEGRADED, which is never drained; nothing else may reach a healthy peer.
+NOISE_SIGNALS = frozenset({"stalls", "close_call", "borderline"})
+
+
+def assert_peers_unharmed(result: ScreenResult, bad: str) -> None:
+    """Every node but ``bad`` was probed without error and judged OK, except at most one
+    DEGRADED by noise-only evidence: the fault does not spread, and noise drains nobody."""
+    others = [v for v in result.summary.verdicts if v.node != bad]
+    assert all(result.probes[v.node].error_kind is None for v in others), result.summary
+    noisy = [v for v in others if v.status != Status.OK]
+    assert len(noisy) <= 1, result.summary
+    for v in noisy:
+        assert v.status == Status.DEGRADED and set(v.signals) <= NOISE_SIGNALS, v
+
+
 def test_slow_sequential_read_node_is_slow_read_and_peers_ok(cluster: Any, tmp_path: Path) -> None:
     slow = cluster.nodes[1]
     cluster.inject(slow, "slow_read", SLOW_BPS)
@@ -64,11 +81,11 @@ def test_slow_sequential_read_node_is_slow_read_and_peers_ok(cluster: Any, tmp_p
     result = run(cluster, policy, store, trigger=Trigger.MANUAL)
     got = statuses(result)
     assert got[slow] == Status.SLOW_READ, result.summary
-    assert {n: s for n, s in got.items() if n != slow} == {
-        n: Status.OK for n in cluster.nodes if n != slow
-    }
+    assert set(got) == set(cluster.nodes), result.summary
+    assert_peers_unharmed(result, slow)
     v = next(v for v in result.summary.verdicts if v.node == slow)
-    assert v.confirmed and result.reprobed == (slow,)
+    # re-probed with it: at most a peer that noise left a close call in round 1
+    assert v.confirmed and slow in result.reprobed and len(result.reprobed) <= 2, result
     assert v.read_mb_s is not None and v.read_mb_s < 30  # about the injected 20 MB/s
     assert v.write_mb_s is not None and v.write_mb_s > 5 * v.read_mb_s
     # iostat watched the node's own loop device while fio read from it
@@ -106,7 +123,7 @@ def test_slow_random_read_only_is_flagged(cluster: Any) -> None:
     # read alone when round 1 saw it, else it re-runs the random read
     want = {"peer_read"} if "peer_read" in first.signals else {"peer_rand"}
     assert want <= set(v.signals), v
-    assert all(s == Status.OK for n, s in statuses(result).items() if n != slow)
+    assert_peers_unharmed(result, slow)
 
 
 def test_transient_slowness_healed_before_confirmation_is_not_slow(cluster: Any) -> None:
@@ -154,12 +171,8 @@ def test_errors_are_unknown_with_reason(cluster: Any, fault: str, kind: str, wor
     assert v.status == Status.UNKNOWN, v
     assert words in v.reason, v.reason
     assert result.probes[bad].error_kind == kind
-    # the others were probed and judged as usual: the error does not spread to them (a
-    # loaded CI host may leave one DEGRADED on a 1.5 s probe; never UNKNOWN, never SLOW)
-    others = {n: s for n, s in statuses(result).items() if n != bad}
-    assert all(result.probes[n].error_kind is None for n in others), result.summary
-    assert set(others.values()) <= {Status.OK, Status.DEGRADED}, result.summary
-    assert list(others.values()).count(Status.OK) >= len(others) - 1, result.summary
+    # the others were probed and judged as usual: the error does not spread to them
+    assert_peers_unharmed(result, bad)
 
 
 def test_unknown_host_key_is_refused(cluster: Any, tmp_path: Path) -> None:
@@ -200,5 +213,7 @@ def test_a_decisive_slow_reader_is_decided_in_one_round(cluster: Any) -> None:
     v = next(v for v in result.summary.verdicts if v.node == slow)
     assert v.status == Status.SLOW_READ and v.confirmed, v
     assert "decisive in round 1" in v.reason, v
-    assert result.rounds == 1 and result.reprobed == (), result
-    assert all(s == Status.OK for n, s in statuses(result).items() if n != slow)
+    # no round 2 for it (one runs only if noise left a peer a close call in round 1)
+    assert slow not in result.reprobed and len(result.reprobed) <= 1, result
+    assert result.rounds == 1 + bool(result.reprobed), result
+    assert_peers_unharmed(result, slow)
