@@ -46,12 +46,16 @@ ALLOC = 8
 PROFILE_DIR: Path | None = None  # --profile DIR: each hook runs under cProfile (slower)
 
 
-def prolog(cluster: ClusterHandle, config: Path, job_id: int) -> tuple[float, float, int, str]:
+def prolog(
+    cluster: ClusterHandle, config: Path, job_id: int, hookd: str = "off"
+) -> tuple[float, float, int, str]:
     """(wall s, CPU s of the hook process, exit code, stderr) of one `screener prolog` for
     job_id on node[01-08]. CPU time is reported because on this shared 2-core machine the
-    wall time mostly measures the other processes' load."""
+    wall time mostly measures the other processes' load (through ``hookd``, a socket, the
+    hook process only waits: its CPU is not the worker's)."""
     env = cluster.env()
     env.update(
+        SCREENER_HOOKD_SOCKET=hookd,
         SCREENER_CONFIG=str(config),
         SLURM_JOB_ID=str(job_id),
         SLURM_JOB_NODELIST=f"node[01-{ALLOC:02d}]",
@@ -91,10 +95,28 @@ def longest(db: str, job_id: int) -> tuple[float, int]:
     return total, rounds
 
 
+def start_hookd(sock: str) -> subprocess.Popen[str]:
+    """`screener hookd` on ``sock``, returned once it listens (its first line says so)."""
+    proc = subprocess.Popen(
+        [str(SCREENER), "hookd", "--socket", sock], stderr=subprocess.PIPE, text=True
+    )
+    assert proc.stderr is not None
+    line = proc.stderr.readline()
+    assert "listening on" in line, line
+    return proc
+
+
+def _medians(*rows: tuple[str, list[dict[str, Any]], str]) -> dict[str, float]:
+    return {name: statistics.median(r[key] for r in runs) for name, runs, key in rows if runs}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--profile", type=Path, help="write one cProfile file per hook run here")
+    ap.add_argument(
+        "--no-hookd", action="store_true", help="skip the runs through `screener hookd`"
+    )
     args = ap.parse_args()
     global PROFILE_DIR
     if args.profile is not None:
@@ -105,6 +127,11 @@ def main() -> int:
     runs_fast: list[dict[str, Any]] = []
     runs_fast_noiostat: list[dict[str, Any]] = []
     runs_fast_bare: list[dict[str, Any]] = []  # no sentinel, no iostat: the DB read only
+    # the same through `screener hookd` (imports done once, one fork per hook run)
+    hd_fresh: list[dict[str, Any]] = []
+    hd_fast: list[dict[str, Any]] = []
+    hd_fast_bare: list[dict[str, Any]] = []
+    hookd: subprocess.Popen[str] | None = None
     with claim_slot() as slot, tempfile.TemporaryDirectory() as tmp:
         mc = Cluster(slot.state_dir)
         try:
@@ -117,9 +144,18 @@ def main() -> int:
             pace_devices(cluster, list(cluster.nodes))
             db = f"sqlite:///{tmp}/screener.db"
             cfg = Path(tmp) / "screener.toml"
+            sock = "off" if args.no_hookd or PROFILE_DIR else f"{tmp}/hookd.sock"
+            if sock != "off":
+                hookd = start_hookd(sock)
             job = 1000
             for i in range(args.repeat):
-                for iostat, sink in ((False, runs_fresh), (True, runs_fresh_iostat)):
+                for iostat, sink, via in (
+                    (False, runs_fresh, "off"),
+                    (True, runs_fresh_iostat, "off"),
+                    (True, hd_fresh, sock),
+                ):
+                    if via == "off" and sink is hd_fresh:
+                        continue
                     write_config(
                         cfg,
                         cluster,
@@ -128,7 +164,8 @@ def main() -> int:
                         prolog={"fresh_s": 0.0, "iostat": iostat},
                     )
                     job += 1
-                    wall, cpu, rc, err = prolog(cluster, cfg, job)
+                    wall, cpu, rc, err = prolog(cluster, cfg, job, via)
+                    assert "hookd not used" not in err, err
                     probe_s, rounds = longest(db, job)
                     sink.append(
                         {
@@ -141,15 +178,20 @@ def main() -> int:
                         }
                     )
                     print(
-                        f"fresh (iostat {iostat}) {i}: wall {wall:.2f}s, probes {probe_s:.2f}s, "
+                        f"fresh (iostat {iostat}, hookd {via != 'off'}) {i}: wall {wall:.2f}s, "
+                        f"probes {probe_s:.2f}s, "
                         f"overhead {wall - probe_s:.2f}s, cpu {cpu:.2f}s, rounds {rounds}",
                         flush=True,
                     )
-                for iostat, sentinel, sink in (
-                    (True, True, runs_fast),
-                    (False, True, runs_fast_noiostat),
-                    (False, False, runs_fast_bare),
+                for iostat, sentinel, sink, via in (
+                    (True, True, runs_fast, "off"),
+                    (False, True, runs_fast_noiostat, "off"),
+                    (False, False, runs_fast_bare, "off"),
+                    (True, True, hd_fast, sock),
+                    (False, False, hd_fast_bare, sock),
                 ):
+                    if via == "off" and sink in (hd_fast, hd_fast_bare):
+                        continue
                     write_config(
                         cfg,
                         cluster,
@@ -158,15 +200,20 @@ def main() -> int:
                         prolog={"fresh_s": 3600.0, "iostat": iostat, "sentinel": sentinel},
                     )
                     job += 1
-                    wall, cpu, rc, err = prolog(cluster, cfg, job)
+                    wall, cpu, rc, err = prolog(cluster, cfg, job, via)
                     assert "fast path" in err and "full probe" not in err, err
+                    assert "hookd not used" not in err, err
                     sink.append({"wall_s": round(wall, 3), "hook_cpu_s": round(cpu, 3), "exit": rc})
                     print(
-                        f"fast path (iostat {iostat}, sentinel {sentinel}) {i}: "
+                        f"fast path (iostat {iostat}, sentinel {sentinel}, hookd {via != 'off'}) "
+                        f"{i}: "
                         f"wall {wall:.2f}s cpu {cpu:.2f}s",
                         flush=True,
                     )
         finally:
+            if hookd is not None:
+                hookd.terminate()
+                hookd.wait(30)
             mc.down()
     load = os.getloadavg()
     fresh_med = statistics.median(r["overhead_s"] for r in runs_fresh)
@@ -188,6 +235,9 @@ def main() -> int:
         "fast_path_no_iostat": runs_fast_noiostat,
         "fast_path_with_iostat": runs_fast,
         "fast_path_no_sentinel_no_iostat": runs_fast_bare,
+        "hookd_fresh_with_iostat": hd_fresh,
+        "hookd_fast_path_with_iostat": hd_fast,
+        "hookd_fast_path_no_sentinel_no_iostat": hd_fast_bare,
         "load_average_at_end": [round(x, 1) for x in load],
         "median": {
             "fresh_hook_cpu_s": statistics.median(r["hook_cpu_s"] for r in runs_fresh),
@@ -200,6 +250,11 @@ def main() -> int:
             "fast_path_with_iostat_wall_s": fast_io_med,
             "fast_path_no_sentinel_no_iostat_wall_s": statistics.median(
                 r["wall_s"] for r in runs_fast_bare
+            ),
+            **_medians(
+                ("hookd_fresh_with_iostat_overhead_s", hd_fresh, "overhead_s"),
+                ("hookd_fast_path_with_iostat_wall_s", hd_fast, "wall_s"),
+                ("hookd_fast_path_no_sentinel_no_iostat_wall_s", hd_fast_bare, "wall_s"),
             ),
         },
     }

@@ -17,23 +17,27 @@ REPO = Path(__file__).resolve().parents[1]
 SCREENER = REPO / ".venv" / "bin" / "screener"
 
 
-def hook_script(directory: Path, hook: str, config: Path) -> Path:
-    """A site wrapper as docs/slurm.md describes: sets SCREENER_CONFIG/BIN, runs jobs/<hook>."""
+def hook_script(directory: Path, hook: str, config: Path, hookd: str = "off") -> Path:
+    """A site wrapper as docs/slurm.md describes: sets SCREENER_CONFIG/BIN, runs jobs/<hook>.
+    ``hookd`` is the `screener hookd` socket ("off": run in process, whatever /run holds)."""
     path = directory / f"{hook}.sh"
     path.write_text(
         "#!/bin/sh\n"
         f"SCREENER_CONFIG={config}\nexport SCREENER_CONFIG\n"
         f"SCREENER_BIN={SCREENER}\nexport SCREENER_BIN\n"
+        f"SCREENER_HOOKD_SOCKET={hookd}\nexport SCREENER_HOOKD_SOCKET\n"
         f"exec {REPO / 'jobs' / hook}\n"
     )
     path.chmod(0o755)
     return path
 
 
-def hooked_cluster(directory: Path, config: Path, nodes: int = 6) -> Iterator[ClusterHandle]:
+def hooked_cluster(
+    directory: Path, config: Path, nodes: int = 6, hookd: str = "off"
+) -> Iterator[ClusterHandle]:
     """Bring up a cluster in a free slot with screener's hooks; down at the end."""
-    prolog = hook_script(directory, "prolog-slurmctld", config)
-    epilog = hook_script(directory, "epilog-slurmctld", config)
+    prolog = hook_script(directory, "prolog-slurmctld", config, hookd)
+    epilog = hook_script(directory, "epilog-slurmctld", config, hookd)
     with claim_slot() as slot:
         mc = Cluster(slot.state_dir)
         try:

@@ -35,7 +35,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("run bookkeeping", ("screener.run_marker", "screener.metrics")),
     ("running a screen", ("screener.run",)),
     ("composition root", ("screener.app",)),
-    ("Slurm hooks", ("screener.hooks",)),
+    ("Slurm hooks", ("screener.hooks", "screener.hookd")),
     ("commands", ("screener.cli",)),
     ("entry point", ("screener.entry",)),
 )

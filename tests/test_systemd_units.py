@@ -19,6 +19,7 @@ NAMES = (
     "screener-sweep.timer",
     "screener-rolling.service",
     "screener-rolling.timer",
+    "screener-hookd.service",
 )
 SYSTEM_UNITS = Path("/usr/lib/systemd/system")
 
@@ -110,3 +111,15 @@ def test_rolling_timer_submits_a_rolling_sweep_every_few_minutes() -> None:
     )
     same = ("User", "NoNewPrivileges", "ProtectSystem", "SystemCallFilter", "WorkingDirectory")
     assert {k: service[k] for k in same} == {k: nightly[k] for k in same}
+
+
+def test_hookd_serves_the_default_socket_as_slurmuser_and_spares_running_hooks() -> None:
+    from screener.hookd.wire import DEFAULT_SOCKET
+
+    service = _unit("screener-hookd.service")["Service"]
+    assert service["User"] == "slurm"  # the hook runs as SlurmUser; hookd serves only its uid
+    assert service["ExecStart"].endswith(f"hookd --socket {DEFAULT_SOCKET}")
+    assert f"/run/{service['RuntimeDirectory']}/" in DEFAULT_SOCKET
+    assert service["RuntimeDirectoryMode"] == "0700"
+    assert service["KillMode"] == "process"  # a restart does not kill a hook in flight
+    assert service["Restart"] == "always"  # exit 75 (package changed) comes back on new code

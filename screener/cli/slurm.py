@@ -15,8 +15,9 @@ from rich.console import Console
 
 from screener.cli.common import Subparsers
 from screener.errors import ConfigError, SlurmError
+from screener.hookd.wire import FALLBACK_ENV
 from screener.hooks.hooklog import HookLog, describe_error
-from screener.policy import Policy, hook_log_file, load_policy
+from screener.policy import Policy, hook_log_file, load_policy, shorten
 
 SWEEP_SCRIPT = "/opt/screener/jobs/sweep.sbatch"
 RELEASE_WAIT_S = 90.0  # how long `release` waits for Slurm to requeue the job
@@ -90,6 +91,7 @@ def prolog(args: argparse.Namespace, console: Console) -> int:
     except Exception as exc:  # unreadable, invalid, too deep (RecursionError), MemoryError
         return _unloaded("screener prolog", args, exc, "fail open: the job runs, nobody drained")
     log = HookLog("screener prolog", policy.prolog.log_file)
+    _hookd_fallback(log)
     try:
         from screener.hooks.prolog import run_prolog
 
@@ -110,6 +112,7 @@ def epilog(args: argparse.Namespace, console: Console) -> int:
     except Exception as exc:
         return _unloaded("screener epilog", args, exc, "nothing collected")
     log = HookLog("screener epilog", policy.prolog.log_file)
+    _hookd_fallback(log)
     try:
         from screener.hooks.epilog import run_epilog
 
@@ -118,6 +121,13 @@ def epilog(args: argparse.Namespace, console: Console) -> int:
         with contextlib.suppress(Exception):
             log(f"internal error: {describe_error(exc)}; the epilog exits 0")
     return 0
+
+
+def _hookd_fallback(log: HookLog) -> None:
+    """One line when a hookd socket was there but the hook runs in this process."""
+    why = os.environ.pop(FALLBACK_ENV, None)
+    if why is not None:
+        log(f"screener hookd not used ({shorten(why, 200)}): running in this process")
 
 
 def _unloaded(prefix: str, args: argparse.Namespace, exc: Exception, outcome: str) -> int:

@@ -1,0 +1,40 @@
+"""`screener hookd`: the resident worker that runs slurmctld's hooks pre-imported."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from rich.console import Console
+
+from screener.cli.common import Subparsers
+from screener.errors import ConfigError
+from screener.hookd.wire import ENV_SOCKET, default_socket
+
+
+def register(sub: Subparsers) -> None:
+    h = sub.add_parser(
+        "hookd",
+        help="serve `screener prolog|epilog` with screener already imported (systemd unit)",
+    )
+    h.add_argument(
+        "--socket",
+        help=f"unix socket (default: ${ENV_SOCKET}, else {default_socket()}); mode 0600, "
+        "only this user and root may use it",
+    )
+    h.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace, console: Console) -> int:
+    from screener.cli import main
+    from screener.hookd.server import serve
+
+    path = args.socket or os.environ.get(ENV_SOCKET) or default_socket()
+    if path == "off":
+        raise ConfigError(f"{ENV_SOCKET}=off: no socket to serve on (pass --socket PATH)")
+    if not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+        raise ConfigError(f"{os.path.dirname(path)}: no such directory for the hookd socket")
+    try:
+        return serve(path, main)
+    except OSError as exc:
+        raise ConfigError(f"cannot serve on {path}: {exc}") from exc

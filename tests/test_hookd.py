@@ -1,0 +1,348 @@
+"""`screener hookd` (issue 22): the resident server that runs slurmctld's hooks with the
+imports done. A hook it runs must be the hook an in-process run would be: the same exit
+code, log lines, signals and stored run; whenever it cannot be used, the hook runs in its
+own process and says why; it never runs a hook twice, nor code older than what is on disk.
+
+Each test starts the real server (`screener hookd --socket ...`) and synchronises on its
+own "listening on" line; the hooks are the real console script, as slurmctld runs it.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from screener.hookd.wire import ENV_SOCKET, encode_request, package_dir, read_line
+from tests.hooked_cluster import hooked_cluster, sbatch, sinfo_nodes, wait_job, write_config
+from tests.test_prolog_failopen import JOB, SCREENER, config, hook
+from tests.test_signals import fio_pids, wait_for
+
+STALE = 75
+
+
+class Hookd:
+    """A running `screener hookd`; its stderr lines, read by a thread, awaited by test."""
+
+    def __init__(self, sock: Path, env: dict[str, str] | None = None) -> None:
+        self.sock = sock
+        base = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SCREENER_"))}
+        self.proc = subprocess.Popen(
+            [SCREENER, "hookd", "--socket", str(sock)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**base, **(env or {})},
+        )
+        self.lines: queue.Queue[str] = queue.Queue()
+        self.seen: list[str] = []
+        threading.Thread(target=self._read, daemon=True).start()
+        self.started = self.wait_line("listening on", timeout=120)
+
+    def _read(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self.lines.put(line.rstrip("\n"))
+
+    def wait_line(self, needle: str, timeout: float = 60) -> str:
+        """The next server line holding ``needle`` (earlier ones are kept in ``seen``)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                line = self.lines.get(timeout=max(left, 0.01))
+            except queue.Empty:
+                raise AssertionError(f"hookd never said {needle!r}; said {self.seen}") from None
+            self.seen.append(line)
+            if needle in line:
+                return line
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+        self.proc.wait(timeout=30)
+
+
+@pytest.fixture()
+def hookd(tmp_path: Path) -> Iterator[Hookd]:
+    server = Hookd(tmp_path / "hookd.sock")
+    yield server
+    server.stop()
+
+
+def untimed(line: str) -> str:
+    """A log line without its leading timestamp."""
+    return line.split(" ", 1)[1]
+
+
+def via(server: Hookd) -> dict[str, str]:
+    return {ENV_SOCKET: str(server.sock)}
+
+
+# ------------------------------------------------------------------ the same hook, pre-imported
+
+
+def test_a_screened_job_runs_in_the_worker_with_the_hooks_own_output_and_exit(
+    tmp_path: Path, hookd: Hookd
+) -> None:
+    env = {**JOB, "SLURM_JOB_NODELIST": socket.gethostname(), **via(hookd)}
+    res = hook("prolog", config(tmp_path), env, timeout=120)
+    # the worker wrote to the hook's own stderr (passed over the socket) and its log file
+    assert res.returncode == 0 and "may start" in res.stderr, res.stderr
+    assert "Traceback" not in res.stderr and "hookd not used" not in res.stderr
+    line = hookd.wait_line("prolog job 77")
+    assert f"uid {os.getuid()}): exit 0 in " in line, line
+    assert (tmp_path / "db.sqlite").exists()  # the run stored by the worker
+    assert "may start" in (tmp_path / "prolog.log").read_text()
+    # the epilog goes the same way
+    res = hook("epilog", config(tmp_path), env, timeout=120)
+    assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr
+    assert "exit 0" in hookd.wait_line("epilog job 77")
+
+
+def test_the_exit_code_and_the_one_line_are_the_in_process_ones(
+    tmp_path: Path, hookd: Hookd
+) -> None:
+    # fail_closed on an opted-in job with a bad restart count: exit 1 (Slurm requeues), one
+    # line; and a policy that cannot be loaded: exit 0, one line. Via hookd and without.
+    env = {**JOB, "SLURM_JOB_RESTART_COUNT": "abc"}
+    cases = [
+        (config(tmp_path, "[prolog] fail_closed = true"), 1),
+        (tmp_path / "missing.toml", 0),
+    ]
+    for cfg, code in cases:
+        alone = hook("prolog", cfg, {**env, ENV_SOCKET: "off"})
+        served = hook("prolog", cfg, {**env, **via(hookd)})
+        assert (alone.returncode, served.returncode) == (code, code), (alone, served)
+        assert len(served.stderr.splitlines()) == 1, served.stderr
+        assert untimed(served.stderr) == untimed(alone.stderr)
+        assert f"exit {code} in " in hookd.wait_line("prolog job 77")
+
+
+def test_only_the_hooks_go_to_hookd(tmp_path: Path, hookd: Hookd) -> None:
+    base = {k: v for k, v in os.environ.items() if not k.startswith("SCREENER_")}
+    res = subprocess.run(
+        [SCREENER, "--version"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**base, **via(hookd)},
+    )
+    assert res.returncode == 0 and res.stdout.strip(), res
+    # a request for anything else, sent by hand, is refused: it runs nothing
+    reply = raw_request(hookd.sock, ["screen", "--local"])
+    assert reply.startswith("R hookd runs only prolog and epilog"), reply
+
+
+# ------------------------------------------------------------------ when hookd cannot be used
+
+
+def refusing_socket(path: Path) -> Path:
+    """A socket file nobody listens on (a server killed with SIGKILL leaves one)."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.bind(str(path))
+    s.close()
+    return path
+
+
+@pytest.mark.parametrize(
+    ("make", "why"),
+    [
+        (lambda p: p, "No such file"),
+        (lambda p: p.write_text("x") and p, "Connection refused"),
+        (refusing_socket, "Connection refused"),
+    ],
+    ids=["missing", "regular file", "dead server"],
+)
+def test_without_a_server_the_hook_runs_in_its_own_process_and_says_why(
+    tmp_path: Path, make: object, why: str
+) -> None:
+    sock = make(tmp_path / "hookd.sock")  # type: ignore[operator]
+    env = {**JOB, "SLURM_JOB_RESTART_COUNT": "abc", ENV_SOCKET: str(sock)}
+    res = hook("prolog", config(tmp_path, "[prolog] fail_closed = true"), env)
+    assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr
+    first, second = res.stderr.strip().splitlines()
+    assert "screener hookd not used" in first and why in first, first
+    assert "running in this process" in first and "SLURM_JOB_RESTART_COUNT" in second
+    # "off" is no socket at all: nothing tried, nothing said
+    quiet = hook("prolog", config(tmp_path), {**env, ENV_SOCKET: "off"})
+    assert "hookd" not in quiet.stderr and quiet.returncode == 0, quiet.stderr
+
+
+def test_a_changed_package_is_never_run_by_the_old_server(tmp_path: Path) -> None:
+    # A copy of the package (the repository's is not touched), served and then edited, as
+    # an upgrade of /opt/screener under a running hookd would.
+    copy = tmp_path / "pkg"
+    shutil.copytree(package_dir(), copy / "screener", ignore=shutil.ignore_patterns("*.pyc"))
+    pythonpath = {"PYTHONPATH": str(copy)}
+    server = Hookd(tmp_path / "hookd.sock", pythonpath)
+    try:
+        assert f"package {copy / 'screener'}" in server.started, server.started
+        env = {**JOB, "SLURM_JOB_RESTART_COUNT": "abc", **via(server)}
+        cfg = config(tmp_path, "[prolog] fail_closed = true")
+        assert hook("prolog", cfg, {**env, **pythonpath}).returncode == 1
+        assert "exit 1" in server.wait_line("prolog job 77")
+        # a hook running another install of screener is not served by this one
+        other = hook("prolog", cfg, env)
+        assert other.returncode == 1, other.stderr
+        assert f"the hook runs screener from {package_dir()}" in other.stderr, other.stderr
+        # the served copy changes on disk: the hook runs the new code itself, and the server
+        # exits (systemd restarts it on the new code)
+        policy = copy / "screener" / "policy.py"
+        st = policy.stat()
+        os.utime(policy, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+        res = hook("prolog", cfg, {**env, **pythonpath})
+        assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr
+        assert "hookd not used (stale: screener in" in res.stderr, res.stderr
+        assert server.proc.wait(timeout=30) == STALE
+        assert not server.sock.exists()
+    finally:
+        server.stop()
+
+
+def raw_request(sock: Path, argv: list[str], preexec: object = None) -> str:
+    """Send one request by hand (as uid ``preexec`` sets, in a child); the server's reply."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: only sockets and os calls, then _exit
+        code = 1
+        try:
+            os.close(read)
+            if preexec:
+                preexec()  # type: ignore[operator]
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+                s.settimeout(30)
+                s.connect(str(sock))
+                body = encode_request(argv, {}, "/", package_dir())
+                socket.send_fds(s, [body], [0, 1, 2])
+                word, rest = read_line(s.makefile("rb"))
+                os.write(write, f"{word} {rest}".encode())
+            code = 0
+        except BaseException as exc:
+            os.write(write, f"error: {exc}".encode())
+        finally:
+            os._exit(code)
+    os.close(write)
+    with os.fdopen(read, "rb") as f:
+        reply = f.read().decode()
+    os.waitpid(pid, 0)
+    return reply
+
+
+def test_the_socket_is_private_and_another_user_is_refused() -> None:
+    # The socket is 0600; were it opened up by mistake, the server still refuses any uid
+    # but its own and root's (SO_PEERCRED), before reading the request.
+    d = Path(tempfile.mkdtemp(prefix="screener-hookd-"))
+    d.chmod(0o711)  # traversable by uid 65534
+    server = Hookd(d / "hookd.sock")
+    try:
+        assert server.sock.stat().st_mode & 0o777 == 0o600
+        server.sock.chmod(0o666)
+
+        def as_nobody() -> None:
+            os.setgroups([])
+            os.setgid(65534)
+            os.setuid(65534)
+
+        reply = raw_request(server.sock, ["prolog"], as_nobody)
+        assert reply.startswith("R uid 65534 may not use this hookd"), reply
+    finally:
+        server.stop()
+        shutil.rmtree(d)
+
+
+# ------------------------------------------------------------------ signals and a vanished hook
+
+
+def long_probe(tmp_path: Path, server: Hookd) -> subprocess.Popen[str]:
+    """A screened prolog whose fio runs 120 s, started through ``server``; returns once fio
+    is measuring."""
+    cfg = config(tmp_path)
+    text = cfg.read_text().replace("runtime_s = 0.3", "runtime_s = 120")
+    cfg.write_text(text.replace("budget_s = 20", "budget_s = 600"))
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SCREENER_"))}
+    env = {**JOB, "SLURM_JOB_NODELIST": socket.gethostname(), **via(server)}
+    proc = subprocess.Popen(
+        [SCREENER, "prolog"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**base, "SCREENER_CONFIG": str(cfg), **env},
+    )
+    wait_for(
+        lambda: any(
+            b"--time_based" in Path(f"/proc/{p}/cmdline").read_bytes() for p in fio_pids(tmp_path)
+        ),
+        120,
+        "fio to start",
+    )
+    return proc
+
+
+def test_sigterm_to_the_hook_stops_the_run_as_in_process(tmp_path: Path, hookd: Hookd) -> None:
+    # Slurm's PrologEpilogTimeout: SIGTERM to the hook. Forwarded, the worker stops fio and
+    # exits 143 with one line, as the in-process hook does (docs/slurm.md).
+    proc = long_probe(tmp_path, hookd)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=100)
+    assert proc.returncode == 143, err
+    assert "terminated" in err and "Traceback" not in err, err
+    assert fio_pids(tmp_path) == []
+    assert "exit 143" in hookd.wait_line("prolog job 77")
+
+
+def test_a_hook_killed_outright_stops_its_worker(tmp_path: Path, hookd: Hookd) -> None:
+    # SIGKILL cannot be forwarded: the worker sees the connection close and stops the run
+    # as on SIGTERM, instead of probing on for a hook nobody waits for.
+    proc = long_probe(tmp_path, hookd)
+    proc.kill()
+    proc.communicate(timeout=30)
+    assert "exit 143" in hookd.wait_line("prolog job 77", timeout=100)
+    wait_for(lambda: fio_pids(tmp_path) == [], 60, "fio to stop")
+
+
+# ------------------------------------------------------------------ slurmctld, through hookd
+
+
+@pytest.mark.cluster
+def test_slurmctld_hooks_through_hookd_drain_and_requeue(tmp_path: Path) -> None:
+    # The action path end to end with every hook run served by hookd: the slow node is
+    # drained, the job requeued and run on healthy nodes; each hook run is in the server's
+    # journal with its exit code, none fell back to an in-process run.
+    server = Hookd(tmp_path / "hookd.sock")
+    cfg = tmp_path / "screener.toml"
+    try:
+        for cluster in hooked_cluster(tmp_path, cfg, nodes=4, hookd=str(server.sock)):
+            log = tmp_path / "prolog.log"
+            write_config(cfg, cluster, f"sqlite:///{tmp_path}/screener.db", log)
+            slow = cluster.nodes[0]  # select/linear allocates the lowest idle nodes first
+            cluster.inject(slow, "slow_read", "20M")
+            out = tmp_path / "hosts-%j.txt"
+            job_id = sbatch(
+                cluster, "-N", "3", "-o", str(out), "--comment", "screener=on",
+                "--wrap", "srun hostname",
+            )  # fmt: skip
+            job = wait_job(cluster, job_id)
+            text = log.read_text()
+            assert job["job_state"] == "COMPLETED" and job["restart_cnt"] >= 1, text
+            ran = set((tmp_path / f"hosts-{job_id}.txt").read_text().split())
+            assert len(ran) == 3 and slow not in ran, (ran, text)
+            assert "DRAIN" in sinfo_nodes(cluster)[slow]["state_flags"]
+            assert "hookd not used" not in text, text
+            assert "exit 1 in " in server.wait_line(f"prolog job {job_id}")  # requeue
+            assert "exit 0 in " in server.wait_line(f"prolog job {job_id}")  # healthy nodes
+            assert "exit 0 in " in server.wait_line(f"epilog job {job_id}")
+    finally:
+        server.stop()
