@@ -36,7 +36,7 @@ from deploy.minicluster import Cluster, ClusterHandle
 from deploy.minicluster.slots import claim_slot
 from screener import __version__
 from screener.store import open_store
-from tests.hooked_cluster import PACE, SCREENER, pace_devices, write_config
+from tests.hooked_cluster import PACE, SCREENER, pace_devices, start_hookd, write_config
 
 RESULTS = Path(__file__).resolve().parent / "results" / "prolog_wall.json"
 NODES = 10
@@ -93,17 +93,6 @@ def longest(db: str, job_id: int) -> tuple[float, int]:
                 total += max(p.duration_s for p in probes)
                 rounds += 1
     return total, rounds
-
-
-def start_hookd(sock: str) -> subprocess.Popen[str]:
-    """`screener hookd` on ``sock``, returned once it listens (its first line says so)."""
-    proc = subprocess.Popen(
-        [str(SCREENER), "hookd", "--socket", sock], stderr=subprocess.PIPE, text=True
-    )
-    assert proc.stderr is not None
-    line = proc.stderr.readline()
-    assert "listening on" in line, line
-    return proc
 
 
 def _medians(*rows: tuple[str, list[dict[str, Any]], str]) -> dict[str, float]:

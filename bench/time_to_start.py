@@ -56,6 +56,7 @@ from tests.hooked_cluster import (
     run_screener,
     sbatch,
     seen_by_the_sweep,
+    start_hookd,
     wait_job,
     write_config,
 )
@@ -142,7 +143,7 @@ def case(
     on:BS (triage with [prolog] triage_seq_bs = BS); a "+write" suffix turns triage_write
     on, "+norand" triage_rand_read off, "+confirmall" confirm_every_job on, "+decisive"
     decisive_ratio 0.1, "+qdN" [prolog] seq_iodepth N; "default": triage and decisive_ratio
-    as shipped."""
+    as shipped; "+hookd" every hook of the case through `screener hookd`."""
     base, *plus = mode.split("+")
     depths = [int(p[2:]) for p in plus if p.startswith("qd")]
     triage, _, seq_bs = base.partition(":")
@@ -173,9 +174,17 @@ def case(
     rolled = rolling(cluster, cfg, out) if "rolling" in plus else None
     if slow:
         cluster.inject(cluster.nodes[0], "slow_read", SLOW)
-    t0 = time.time()
-    job_id = sbatch(cluster, "-N", str(ALLOC), "--comment", "screener=on", str(script(out)))
-    job = wait_job(cluster, job_id, timeout=600)
+    # The wrapper names d/hookd.sock: with no server there, each hook runs in its own
+    # process (and logs that hookd was not used).
+    hookd = start_hookd(d / "hookd.sock") if "hookd" in plus else None
+    try:
+        t0 = time.time()
+        job_id = sbatch(cluster, "-N", str(ALLOC), "--comment", "screener=on", str(script(out)))
+        job = wait_job(cluster, job_id, timeout=600)
+    finally:
+        if hookd is not None:
+            hookd.terminate()
+            hookd.wait(30)
     started = float((out / f"start-{job_id}").read_text())
     text = log.read_text() if log.exists() else ""
     walls = [float(w) for j, w in WALL_RE.findall(text) if j == job_id]
@@ -191,6 +200,7 @@ def case(
         "ran_on": sorted((out / f"hosts-{job_id}").read_text().split()),
         "escalated": "after the triage, beside" in text,
         "rolling_wall_s": rolled,
+        "hookd": hookd is not None and "hookd not used" not in text,
         "log": text.splitlines(),
     }
     print(
@@ -214,7 +224,8 @@ def main() -> int:
         " +confirmall verdict.confirm_every_job on, +decisive verdict.decisive_ratio 0.1,"
         " +rolling one rolling sweep over every node first (all fresh), +history every"
         " node's full-probe baseline of 2 h ago (history, none fresh), +qdN [prolog]"
-        " seq_iodepth N (the sentinel's and the triage's sequential queue depth)",
+        " seq_iodepth N (the sentinel's and the triage's sequential queue depth), +hookd"
+        " every hook through `screener hookd`",
     )
     ap.add_argument("--size-mib", type=int, default=PROBE["size_mib"], help="probe region")
     ap.add_argument("--out", type=Path, default=RESULTS, help="where the JSON goes")
@@ -224,12 +235,12 @@ def main() -> int:
     if any(
         m.split("+")[0].partition(":")[0] not in ("default", "off", "on")
         or not {p for p in m.split("+")[1:] if not re.fullmatch(r"qd[1-9][0-9]*", p)}
-        <= {"write", "norand", "confirmall", "decisive", "rolling", "history"}
+        <= {"write", "norand", "confirmall", "decisive", "rolling", "history", "hookd"}
         for m in modes
     ):
         raise SystemExit(
             "--modes: default, off, on or on:BS"
-            " (+write, +norand, +confirmall, +decisive, +rolling, +history, +qdN),"
+            " (+write, +norand, +confirmall, +decisive, +rolling, +history, +qdN, +hookd),"
             f" not {args.modes!r}"
         )
     rows: list[dict[str, Any]] = []
@@ -237,7 +248,7 @@ def main() -> int:
         d = Path(tmp)
         cfg = d / "screener.toml"
         cfg.write_text("")
-        for cluster in hooked_cluster(d, cfg, nodes=NODES):
+        for cluster in hooked_cluster(d, cfg, nodes=NODES, hookd=str(d / "hookd.sock")):
             # lay the probe files out once (a site pays that once per node)
             config(cluster, cfg, f"sqlite:///{d}/layout.db", d / "layout.log", False)
             env = {**cluster.env(), "SCREENER_CONFIG": str(cfg)}

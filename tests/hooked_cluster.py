@@ -32,6 +32,21 @@ def hook_script(directory: Path, hook: str, config: Path, hookd: str = "off") ->
     return path
 
 
+def start_hookd(sock: str | Path) -> subprocess.Popen[str]:
+    """`screener hookd` on ``sock``, returned once it listens (its first line says so);
+    its later lines (one per hook run) stay in the pipe for the caller."""
+    proc = subprocess.Popen(
+        [str(SCREENER), "hookd", "--socket", str(sock)],
+        stdin=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stderr is not None
+    line = proc.stderr.readline()
+    assert "listening on" in line, line
+    return proc
+
+
 def hooked_cluster(
     directory: Path, config: Path, nodes: int = 6, hookd: str = "off"
 ) -> Iterator[ClusterHandle]:
