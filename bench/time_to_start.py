@@ -169,15 +169,15 @@ def case(
     )
     cluster.reset()
     pace_devices(cluster, list(cluster.nodes))
-    if "history" in plus:
-        seen_by_the_sweep(cluster, cfg, db)  # +history: as a site's sweeps leave it
-    rolled = rolling(cluster, cfg, out) if "rolling" in plus else None
-    if slow:
-        cluster.inject(cluster.nodes[0], "slow_read", SLOW)
     # The wrapper names d/hookd.sock: with no server there, each hook runs in its own
-    # process (and logs that hookd was not used).
+    # process (and logs that hookd was not used). The rolling sweep's hooks use it too.
     hookd = start_hookd(d / "hookd.sock") if "hookd" in plus else None
     try:
+        if "history" in plus:
+            seen_by_the_sweep(cluster, cfg, db)  # +history: as a site's sweeps leave it
+        rolled = rolling(cluster, cfg, out) if "rolling" in plus else None
+        if slow:
+            cluster.inject(cluster.nodes[0], "slow_read", SLOW)
         t0 = time.time()
         job_id = sbatch(cluster, "-N", str(ALLOC), "--comment", "screener=on", str(script(out)))
         job = wait_job(cluster, job_id, timeout=600)

@@ -130,6 +130,39 @@ def test_the_exit_code_and_the_one_line_are_the_in_process_ones(
         assert f"exit {code} in " in hookd.wait_line("prolog job 77")
 
 
+def test_hooks_at_once_each_get_their_own_worker(tmp_path: Path, hookd: Hookd) -> None:
+    # A burst of job starts: 8 hooks at once (jobs that did not opt in), each its own job
+    # id, log line and worker.
+    cfg = config(tmp_path)
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SCREENER_"))}
+    procs = {
+        job: subprocess.Popen(
+            [SCREENER, "prolog"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={
+                **base,
+                **JOB,
+                **via(hookd),
+                "SCREENER_CONFIG": str(cfg),
+                "SLURM_JOB_ID": str(job),
+                "SLURM_JOB_COMMENT": "",
+            },
+        )
+        for job in range(100, 108)
+    }
+    for job, proc in procs.items():
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0 and "hookd" not in err, err
+        assert f"job {job}: not screened" in err, err
+    lines = [hookd.wait_line("prolog job 10") for _ in procs]
+    assert sorted(line.split(" job ")[1].split()[0] for line in lines) == [str(j) for j in procs]
+    assert len({line.split("(worker ")[1].split(",")[0] for line in lines}) == len(procs)
+    assert all("exit 0 in " in line for line in lines), lines
+
+
 def test_only_the_hooks_go_to_hookd(tmp_path: Path, hookd: Hookd) -> None:
     base = {k: v for k, v in os.environ.items() if not k.startswith("SCREENER_")}
     res = subprocess.run(
