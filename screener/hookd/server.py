@@ -151,6 +151,7 @@ def serve(path: str, run: Callable[[list[str]], int], say: IO[str] = sys.stderr)
         listener.close()
         with contextlib.suppress(OSError):
             os.unlink(path)
+    _reap(workers)  # those already done are not "still finishing"
     print_(f"stopped ({len(workers)} hook run(s) still finishing on their own)")
     return code
 
