@@ -11,9 +11,11 @@ from typing import Any
 
 import pytest
 
+from screener.probe_data import Status
 from screener.store import open_store
 from screener.store.slurm_records import SlurmRecords
 from tests.hooked_cluster import REPO, run_screener, sinfo_nodes, write_config
+from tests.test_pipeline import NOISE_SIGNALS
 
 pytestmark = pytest.mark.cluster
 
@@ -54,7 +56,14 @@ def test_sweep_drains_slow_node_then_resumes_it_after_k_passes(
     with open_store(db) as store:
         run = store.latest_runs(1)[0]
         assert run.trigger.value == "sweep" and run.node_count == len(cluster.nodes)
-        assert run.n_slow == 1 and run.n_ok == len(cluster.nodes) - 1
+        assert run.n_slow == 1 and run.n_unknown == 0
+        # the fault does not spread: on this loaded 2-core host, noise may leave one healthy
+        # peer DEGRADED by soft evidence only (flagged, never drained; CI on c14ec57)
+        others = [v for v in store.run_verdicts(run.id) if v.node != slow]
+        noisy = [v for v in others if v.status != Status.OK]
+        assert len(others) == len(cluster.nodes) - 1 and len(noisy) <= 1, others
+        assert all(v.status == Status.DEGRADED and set(v.signals) <= NOISE_SIGNALS for v in noisy)
+        assert [n for n, i in sinfo_nodes(cluster).items() if "DRAIN" in i["state_flags"]] == [slow]
         # every held node was probed by the Slurm step on the node itself
         probes = store.run_probes(run.id)
         assert {p.node for p in probes if p.usable} == set(cluster.nodes)
