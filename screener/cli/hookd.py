@@ -9,7 +9,7 @@ from rich.console import Console
 
 from screener.cli.common import Subparsers
 from screener.errors import ConfigError
-from screener.hookd.wire import ENV_SOCKET, default_socket
+from screener.hookd.wire import DEFAULT_SOCKET, ENV_SOCKET
 
 
 def register(sub: Subparsers) -> None:
@@ -19,7 +19,7 @@ def register(sub: Subparsers) -> None:
     )
     h.add_argument(
         "--socket",
-        help=f"unix socket (default: ${ENV_SOCKET}, else {default_socket()}); mode 0600, "
+        help=f"unix socket (default: ${ENV_SOCKET}, else {DEFAULT_SOCKET}); mode 0600, "
         "only this user and root may use it",
     )
     h.set_defaults(handler=run)
@@ -29,7 +29,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     from screener.cli import main
     from screener.hookd.server import serve
 
-    path = args.socket or os.environ.get(ENV_SOCKET) or default_socket()
+    path = args.socket or os.environ.get(ENV_SOCKET) or DEFAULT_SOCKET
     if path == "off":
         raise ConfigError(f"{ENV_SOCKET}=off: no socket to serve on (pass --socket PATH)")
     if not os.path.isdir(os.path.dirname(os.path.abspath(path))):

@@ -18,13 +18,13 @@ from typing import IO
 
 from screener.hookd.wire import (
     ACCEPTED,
+    DEFAULT_SOCKET,
     ENV_SOCKET,
     EXIT,
     FALLBACK_ENV,
     GO,
     REFUSED,
     SIGNAL,
-    default_socket,
     encode_request,
     package_dir,
     read_line,
@@ -41,7 +41,7 @@ def socket_path() -> str | None:
     value = os.environ.get(ENV_SOCKET)
     if value is not None:
         return None if value in ("", "off") else value
-    path = default_socket()
+    path = DEFAULT_SOCKET
     return path if os.path.exists(path) else None
 
 

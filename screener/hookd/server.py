@@ -28,6 +28,7 @@ from screener.hookd.wire import (
     ACCEPTED,
     EXIT,
     GO,
+    HOOKS,
     MAX_REQUEST,
     REFUSED,
     SIGNAL,
@@ -53,7 +54,6 @@ PRELOAD = (
     "sqlalchemy.dialects.sqlite",
     "sqlalchemy.dialects.postgresql.psycopg",
 )
-HOOKS = ("prolog", "epilog")
 # A worker's exit status when the package changed under the server: the server exits too.
 STALE = 75
 # Seconds a worker waits for the hook's request and its "go".

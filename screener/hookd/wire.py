@@ -20,13 +20,10 @@ ENV_SOCKET = "SCREENER_HOOKD_SOCKET"
 # Set for the in-process run when a socket was there but not used: the hook logs why.
 FALLBACK_ENV = "SCREENER_HOOKD_FALLBACK"
 DEFAULT_SOCKET = "/run/screener/hookd.sock"
+HOOKS = ("prolog", "epilog")  # what hookd runs (as screener.cli.HOOKS)
 ACCEPTED, REFUSED, GO, EXIT, SIGNAL = "A", "R", "G", "E", "S"
 # A request is argv and an environment: a megabyte is far past any real one.
 MAX_REQUEST = 1 << 20
-
-
-def default_socket() -> str:
-    return DEFAULT_SOCKET
 
 
 def package_dir() -> str:
