@@ -120,6 +120,8 @@ def main() -> int:
     hd_fresh: list[dict[str, Any]] = []
     hd_fast: list[dict[str, Any]] = []
     hd_fast_bare: list[dict[str, Any]] = []
+    hd_fast_iostat: list[dict[str, Any]] = []  # iostat (started after the exit), no sentinel
+    load_start = os.getloadavg()
     hookd: subprocess.Popen[str] | None = None
     with claim_slot() as slot, tempfile.TemporaryDirectory() as tmp:
         mc = Cluster(slot.state_dir)
@@ -178,8 +180,9 @@ def main() -> int:
                     (False, False, runs_fast_bare, "off"),
                     (True, True, hd_fast, sock),
                     (False, False, hd_fast_bare, sock),
+                    (True, False, hd_fast_iostat, sock),
                 ):
-                    if via == "off" and sink in (hd_fast, hd_fast_bare):
+                    if via == "off" and sink in (hd_fast, hd_fast_bare, hd_fast_iostat):
                         continue
                     write_config(
                         cfg,
@@ -227,6 +230,8 @@ def main() -> int:
         "hookd_fresh_with_iostat": hd_fresh,
         "hookd_fast_path_with_iostat": hd_fast,
         "hookd_fast_path_no_sentinel_no_iostat": hd_fast_bare,
+        "hookd_fast_path_with_iostat_no_sentinel": hd_fast_iostat,
+        "load_average_at_start": [round(x, 1) for x in load_start],
         "load_average_at_end": [round(x, 1) for x in load],
         "median": {
             "fresh_hook_cpu_s": statistics.median(r["hook_cpu_s"] for r in runs_fresh),
@@ -244,6 +249,7 @@ def main() -> int:
                 ("hookd_fresh_with_iostat_overhead_s", hd_fresh, "overhead_s"),
                 ("hookd_fast_path_with_iostat_wall_s", hd_fast, "wall_s"),
                 ("hookd_fast_path_no_sentinel_no_iostat_wall_s", hd_fast_bare, "wall_s"),
+                ("hookd_fast_path_with_iostat_no_sentinel_wall_s", hd_fast_iostat, "wall_s"),
             ),
         },
     }

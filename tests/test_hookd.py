@@ -379,3 +379,38 @@ def test_slurmctld_hooks_through_hookd_drain_and_requeue(tmp_path: Path) -> None
             assert "exit 0 in " in server.wait_line(f"epilog job {job_id}")
     finally:
         server.stop()
+
+
+@pytest.mark.cluster
+def test_in_job_iostat_starts_after_the_exit_and_a_short_job_leaves_nothing(
+    tmp_path: Path,
+) -> None:
+    # Through hookd the prolog sends its exit code first and starts in-job iostat after
+    # (the job does not wait for that SSH round). A job of a moment may end before the
+    # start is done: its epilog waits on the job's lock, then stops what was started, so
+    # no detached iostat (nor its private directory) outlives the job. Both ways in: a
+    # probed allocation (the screen's facts) and an all-fresh one (sentinels only).
+    server = Hookd(tmp_path / "hookd.sock")
+    cfg = tmp_path / "screener.toml"
+    try:
+        for cluster in hooked_cluster(tmp_path, cfg, nodes=3, hookd=str(server.sock)):
+            log = tmp_path / "prolog.log"
+            write_config(cfg, cluster, f"sqlite:///{tmp_path}/screener.db", log)
+            for _ in ("probed", "fresh"):
+                job_id = sbatch(cluster, "-N", "3", "--comment", "screener=on", "--wrap", "true")
+                assert "exit 0 in " in server.wait_line(f"prolog job {job_id}", timeout=240)
+                assert "1 deferred step(s)" in server.wait_line(f"prolog job {job_id}")
+                assert "exit 0 in " in server.wait_line(f"epilog job {job_id}", timeout=240)
+                text = log.read_text()
+                assert "in-job iostat starts once Slurm has the exit code" in text, text
+                started = text.rindex("in-job iostat started on 3 of 3 nodes")
+                first_stop = text.index(f"screener epilog: job {job_id}:")
+                assert started < first_stop, text  # the stop came after the start
+                epilog = [x for x in text.splitlines() if f"screener epilog: job {job_id}:" in x]
+                assert any("iostat ran on" in x or "stored as run" in x for x in epilog), text
+                assert not any("not started" in x for x in epilog), text
+                left = sorted(Path("/tmp").glob(f"screener-iostat-{job_id}-*"))
+                assert left == [], (left, epilog)
+            assert "fast path: " in text, text  # the second job's nodes were fresh
+    finally:
+        server.stop()

@@ -25,9 +25,12 @@ from sqlalchemy import text
 
 from deploy.minicluster import ClusterHandle
 from screener.app import make_transport
-from screener.hooks.epilog import no_samples, stopped
+from screener.hooks.epilog import no_samples, run_epilog, stopped
 from screener.hooks.epilog_ingest import drain_outliers
+from screener.hooks.hooklog import HookLog
 from screener.hooks.injob import NOT_BEGUN, NodeJobIo, outliers, private_dir, start_argv, stop_argv
+from screener.hooks.later import JobLock
+from screener.hostlist import fold_nodes
 from screener.ingest.files import load_files
 from screener.ingest.judge import judge_job
 from screener.ingest.layout import block_layout
@@ -146,6 +149,54 @@ def test_epilog_says_iostat_ran_when_the_job_was_shorter_than_an_interval(
     assert no_samples([probe], 30) == (
         f"iostat ran on {node}; job shorter than one 30-s interval: no sample"
     )
+
+
+def test_the_epilog_waits_for_a_deferred_start_then_stops_it(
+    cluster: ClusterHandle, tmp_path: Path
+) -> None:
+    """A prolog under hookd starts in-job iostat after its exit code, holding the job's lock
+    (screener.hooks.later). Here the test is that prolog: it holds the lock while the real
+    epilog runs, and only then starts iostat. The epilog must wait for the lock and stop
+    what was started (stopped first, it would say "not started" and leave iostat running
+    until its bound), then remove the lock file."""
+    nodes, job = list(cluster.nodes[:2]), "990003"
+    spool = tmp_path / "spool"
+    policy: Policy = policy_from_dict(
+        {
+            "store": {"url": f"sqlite:///{tmp_path}/s.db", "spool_dir": str(spool)},
+            "transport": {
+                "ssh_config": str(cluster.ssh_config),
+                "known_hosts": str(cluster.known_hosts),
+                "connect_timeout_s": 5.0,
+                "command_timeout_s": 30.0,
+            },
+            "prolog": {"iostat_interval_s": 30},
+        }
+    )
+    env = {
+        "SLURM_JOB_ID": job,
+        "SLURM_JOB_NODELIST": ",".join(nodes),
+        "SLURM_JOB_COMMENT": "screener=on",
+    }
+    lock = JobLock.take(str(spool), job)
+    assert lock is not None
+    log = HookLog("screener epilog")
+    epilog = threading.Thread(target=run_epilog, args=(policy, env, log))
+    epilog.start()
+    try:
+        for node in nodes:  # the deferred start, while the epilog is already running
+            assert _run(cluster, node, start_argv(job, node, 30, 60, [])).exit_status == 0
+        assert epilog.is_alive()  # it cannot have stopped anything: the lock is held
+    finally:
+        lock.release()
+    epilog.join(timeout=120)
+    assert not epilog.is_alive()
+    said = " | ".join(log.lines)
+    assert f"job {job}: waited " in said and "for in-job iostat to start" in said, said
+    assert f"iostat ran on {fold_nodes(nodes)}" in said or "stored as run" in said, said
+    assert "not started" not in said, said
+    assert [n for n in nodes if Path(private_dir(job, n)).exists()] == []
+    assert not (spool / f"iostat-{job}.lock").exists()
 
 
 def _read(path: Path) -> bytes:

@@ -28,6 +28,11 @@ def register(sub: Subparsers) -> None:
 def run(args: argparse.Namespace, console: Console) -> int:
     from screener.cli import main
     from screener.hookd.server import serve
+    from screener.hooks import later
+
+    def hook(argv: list[str]) -> int:
+        later.hold()  # the worker sends the exit code before the deferred work
+        return main(argv)
 
     path = args.socket or os.environ.get(ENV_SOCKET) or DEFAULT_SOCKET
     if path == "off":
@@ -35,6 +40,6 @@ def run(args: argparse.Namespace, console: Console) -> int:
     if not os.path.isdir(os.path.dirname(os.path.abspath(path))):
         raise ConfigError(f"{os.path.dirname(path)}: no such directory for the hookd socket")
     try:
-        return serve(path, main)
+        return serve(path, hook, after=later.run_pending)
     except OSError as exc:
         raise ConfigError(f"cannot serve on {path}: {exc}") from exc

@@ -103,10 +103,19 @@ def bind(path: str) -> socket.socket:
     return sock
 
 
-def serve(path: str, run: Callable[[list[str]], int], say: IO[str] = sys.stderr) -> int:
+After = Callable[[int], int]  # work after the exit code is out: how many steps ran
+
+
+def serve(
+    path: str,
+    run: Callable[[list[str]], int],
+    say: IO[str] = sys.stderr,
+    after: After | None = None,
+) -> int:
     """Listen on ``path`` until SIGTERM/SIGINT (exit 0) or a stale worker (exit STALE);
     each worker runs its hook as ``run(argv)`` (`screener.cli.main`, passed in by the
-    command: this module imports no layer above its own)."""
+    command: this module imports no layer above its own), sends the exit code, then calls
+    ``after(code)`` (the hook's deferred work) with the hook's stdio already let go."""
     root = package_dir()
     missing = preload()
     print_ = _printer(say)
@@ -144,7 +153,7 @@ def serve(path: str, run: Callable[[list[str]], int], say: IO[str] = sys.stderr)
             pid = os.fork()
             if pid == 0:  # the worker: never returns
                 listener.close()
-                _worker(conn, root, stamp, run)
+                _worker(conn, root, stamp, run, after)
             conn.close()
             workers[pid] = time.monotonic()
     finally:
@@ -179,21 +188,33 @@ def _reap(workers: dict[int, float]) -> bool:
     return stale
 
 
-def _worker(conn: socket.socket, root: str, stamp: str, run: Callable[[list[str]], int]) -> None:
+def _worker(
+    conn: socket.socket,
+    root: str,
+    stamp: str,
+    run: Callable[[list[str]], int],
+    after: After | None = None,
+) -> None:
     """Run one hook as the hook's own process would, then exit (os._exit: no cleanup of the
     server's state runs twice)."""
     status = 1
     try:
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, signal.SIG_DFL)
-        status = _serve_one(conn, root, stamp, run)
+        status = _serve_one(conn, root, stamp, run, after)
     except BaseException:  # nothing may escape into the server's loop
         status = 1
     finally:
         os._exit(status)
 
 
-def _serve_one(conn: socket.socket, root: str, stamp: str, run: Callable[[list[str]], int]) -> int:
+def _serve_one(
+    conn: socket.socket,
+    root: str,
+    stamp: str,
+    run: Callable[[list[str]], int],
+    after: After | None = None,
+) -> int:
     conn.settimeout(REQUEST_TIMEOUT_S)
     uid = _peer_uid(conn)
     if uid not in (os.getuid(), 0):
@@ -237,12 +258,27 @@ def _serve_one(conn: socket.socket, root: str, stamp: str, run: Callable[[list[s
         sys.stdout.flush()
         sys.stderr.flush()
         job = request["env"].get("SLURM_JOB_ID", "?")
-        _printer(journal)(
-            f"{request['argv'][0]} job {job} (worker {os.getpid()}, uid {uid}): exit {code} "
-            f"in {time.monotonic() - t0:.2f} s"
-        )
+        said = f"{request['argv'][0]} job {job} (worker {os.getpid()}, uid {uid})"
+        _printer(journal)(f"{said}: exit {code} in {time.monotonic() - t0:.2f} s")
+    _let_go()
     _say(conn, f"{EXIT} {code}")
+    if after is not None:
+        t1 = time.monotonic()
+        steps = after(code)
+        if steps:
+            _printer(journal)(f"{said}: {steps} deferred step(s) in {time.monotonic() - t1:.2f} s")
     return 0
+
+
+def _let_go() -> None:
+    """Point stdin/stdout/stderr at /dev/null: slurmctld reads a hook's output until EOF,
+    so deferred work must not hold the hook's descriptors open."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    null = os.open(os.devnull, os.O_RDWR)
+    for target in (0, 1, 2):
+        os.dup2(null, target)
+    os.close(null)
 
 
 def _refusal(request: dict[str, object], root: str, stamp: str, fds: list[int]) -> str:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
 
@@ -31,6 +32,7 @@ from screener.hooks.injob import (
     stop_argv,
     summarize,
 )
+from screener.hooks.later import JobLock
 from screener.hooks.prolog import job_from_env
 from screener.hostlist import fold_nodes
 from screener.policy import Policy, database_url
@@ -42,6 +44,7 @@ from screener.store.slurm_records import SlurmRecords
 from screener.transport.base import Transport
 
 _NOT_STARTED = "no in-job iostat was started"
+WAITED_S = 0.05  # a lock wait at least this long is said in the log (the start was running)
 
 
 def run_epilog(
@@ -64,11 +67,24 @@ def _in_job_iostat(policy: Policy, job: SlurmJob, ok: bool, why: str, log: HookL
     if not ok or not policy.prolog.iostat:
         log(f"job {job.job_id}: nothing to collect ({why if not ok else 'prolog.iostat off'})")
         return
+    # A prolog under hookd starts iostat after its exit code, holding this lock meanwhile:
+    # a job that ended first waits here for the start, so nothing is left running.
+    t = policy.transport
+    bound = t.connect_timeout_s + 2 * t.command_timeout_s  # its facts + start rounds
+    t0 = time.monotonic()
+    lock = JobLock.take(policy.store.spool_dir, job.job_id, bound)
+    if lock is None:
+        log(f"job {job.job_id}: in-job iostat lock not taken: stopping without it")
+    elif time.monotonic() - t0 >= WAITED_S:
+        log(f"job {job.job_id}: waited {time.monotonic() - t0:.2f}s for in-job iostat to start")
     try:
         probes = asyncio.run(_collect(policy, job.job_id, list(job.nodes)))
     except ScreenerError as exc:
         log(f"job {job.job_id}: cannot collect in-job iostat: {exc}")
         return
+    finally:
+        if lock is not None:
+            lock.release(remove=True)
     if not any(p.iostat for p in probes):
         log(f"job {job.job_id}: {no_samples(probes, policy.prolog.iostat_interval_s)}")
         return

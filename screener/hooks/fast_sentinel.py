@@ -77,16 +77,17 @@ async def sentinel_then_iostat(
     fresh: Sequence[str],
     usual: Mapping[str, Sequence[float]],
     log: HookLog,
+    iostat: bool = True,
 ) -> list[SentinelResult]:
-    """Sentinels on ``fresh`` (every node of the job); when they all pass, start in-job
-    iostat over the same connections (the probe path starts it otherwise)."""
+    """Sentinels on ``fresh`` (every node of the job); when they all pass and ``iostat``,
+    start in-job iostat over the same connections (else the prolog starts it later)."""
     from screener.app import make_transport
     from screener.hooks.start_iostat import start_job_iostat
 
     transport = make_transport(policy.transport)
     try:
         results = await run_sentinels(transport, fresh, usual, policy)
-        if policy.prolog.iostat and all(r.passed for r in results):
+        if iostat and policy.prolog.iostat and all(r.passed for r in results):
             await start_job_iostat(transport, job, {}, policy, log)
         return results
     finally:

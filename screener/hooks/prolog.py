@@ -168,7 +168,9 @@ def _screen_job(
     t0: float,
 ) -> int:
     from screener import app
+    from screener.hooks import later
     from screener.hooks.fast_sentinel import sentinels_beside
+    from screener.hooks.start_iostat import start_job_iostat
     from screener.hooks.triage import escalation, plan, triage_policy, with_references
     from screener.probe.fio import recipe_fingerprint
     from screener.probe_data import Status, Trigger
@@ -205,8 +207,9 @@ def _screen_job(
         if probe:  # the others are probed anyway: the sentinels read beside (issue 22)
             beside = sentinels_beside(policy, skip, _usual(policy, records, skip), sent)
         else:
-            skip, probe, notes, results = _sentinels(policy, job, records, skip, log)
-            iostat_started = pp.iostat and not probe
+            inline = not later.can_defer()  # in-job iostat on the sentinels' connections
+            skip, probe, notes, results = _sentinels(policy, job, records, skip, log, inline)
+            iostat_started = pp.iostat and not probe and inline
             earlier = _sentinel_ratios(results)
             if probe:  # sentinels failed: triaged beside those that read most as usual
                 skip, probe = _with_references(policy, job, _steadiest(results), probe, log)
@@ -244,7 +247,9 @@ def _screen_job(
                 if doubt:
                     more.append((doubt, refs))
             if code == 0 and not more and pp.iostat:
-                await _start_iostat(transport, job, result, policy, log)
+                devices = _devices(result)
+                if not _iostat_later(policy, job, devices, log):
+                    await start_job_iostat(transport, job, devices, policy, log)
 
         budget = pp.budget_s - (time.monotonic() - t0) - DECIDE_RESERVE_S
         app.run_screen(
@@ -288,7 +293,7 @@ def _screen_job(
         if doubt and max(outcome, default=0) == 0:
             _escalate(doubt, refs, policy, job, log, t0, run, first[2] or "screen")
     elif pp.iostat and not iostat_started:
-        asyncio.run(_iostat_only(policy, job, log))
+        _iostat_now_or_later(policy, job, log)
     code = max(outcome, default=0)  # a drain by either screen requeues
     if code == EXIT_REQUEUE:
         if pp.release_requeued:
@@ -319,7 +324,7 @@ def _escalate(
     if not full_probe_fits(policy, pp.budget_s - (time.monotonic() - t0) - DECIDE_RESERVE_S):
         log(f"{fold_nodes(doubt)}: no budget left for the full probe after the {first}")
         if pp.iostat:
-            asyncio.run(_iostat_only(policy, job, log))
+            _iostat_now_or_later(policy, job, log)
         return
     log(f"full probe of {fold_nodes(doubt)} after the {first}, beside {fold_nodes(refs)}")
     run([*doubt, *refs], policy, "escalated")
@@ -331,15 +336,16 @@ def _sentinels(
     records: SlurmRecords,
     fresh: list[str],
     log: HookLog,
+    iostat_now: bool = True,
 ) -> tuple[list[str], list[str], dict[str, str], list[SentinelResult]]:
     """(skip, probe, notes, results) when every node is fresh: those whose sentinel still
     reads like them stay on the fast path (their note says what it read); the others are
-    to be probed (issue 28). All passed: in-job iostat starts on the sentinel's
-    connections."""
+    to be probed (issue 28). All passed and ``iostat_now``: in-job iostat starts on the
+    sentinel's connections."""
     from screener.hooks.fast_sentinel import sentinel_then_iostat
 
     usual = _usual(policy, records, fresh)
-    results = asyncio.run(sentinel_then_iostat(policy, job, fresh, usual, log))
+    results = asyncio.run(sentinel_then_iostat(policy, job, fresh, usual, log, iostat_now))
     skip, failed, notes = _sentinel_outcome(results, log)
     return skip, failed, notes, results
 
@@ -501,23 +507,51 @@ def _deferred_sigterm() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
-async def _start_iostat(
-    transport: Transport, job: SlurmJob, result: ScreenResult, policy: Policy, log: HookLog
+def _devices(result: ScreenResult) -> dict[str, str]:
+    """Each probed node's scratch device (in-job iostat then needs no facts round)."""
+    return {n: p.facts.device for n, p in result.probes.items() if p.facts and p.facts.device}
+
+
+def _iostat_later(policy: Policy, job: SlurmJob, devices: Mapping[str, str], log: HookLog) -> bool:
+    """Under hookd, start in-job iostat after the exit code is out (the job does not wait
+    for it), holding the job's lock so its epilog stops it only once it runs. False: start
+    it now (in its own process, or no lock file could be made)."""
+    from screener.hooks import later
+
+    if not later.can_defer():
+        return False
+    lock = later.JobLock.take(policy.store.spool_dir, job.job_id)
+    if lock is None:
+        log(f"in-job iostat starts before the exit: no lock in {policy.store.spool_dir}")
+        return False
+
+    def start() -> None:
+        try:
+            asyncio.run(_iostat_only(policy, job, log, devices))
+        finally:
+            lock.release()
+
+    later.defer(start)
+    log("in-job iostat starts once Slurm has the exit code (screener hookd)")
+    return True
+
+
+def _iostat_now_or_later(policy: Policy, job: SlurmJob, log: HookLog) -> None:
+    """In-job iostat on nodes no screen connected to: deferred under hookd, else now."""
+    if not _iostat_later(policy, job, {}, log):
+        asyncio.run(_iostat_only(policy, job, log))
+
+
+async def _iostat_only(
+    policy: Policy, job: SlurmJob, log: HookLog, devices: Mapping[str, str] | None = None
 ) -> None:
-    from screener.hooks.start_iostat import start_job_iostat
-
-    devices = {n: p.facts.device for n, p in result.probes.items() if p.facts and p.facts.device}
-    await start_job_iostat(transport, job, devices, policy, log)
-
-
-async def _iostat_only(policy: Policy, job: SlurmJob, log: HookLog) -> None:
-    """Every node took the fast path: start in-job iostat on its own connections."""
+    """Start in-job iostat on connections of its own (``devices``: those already known)."""
     from screener.app import make_transport
     from screener.hooks.start_iostat import start_job_iostat
 
     transport = make_transport(policy.transport)
     try:
-        await start_job_iostat(transport, job, {}, policy, log)
+        await start_job_iostat(transport, job, devices or {}, policy, log)
     finally:
         await transport.close()
 

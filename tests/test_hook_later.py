@@ -1,0 +1,69 @@
+"""Deferred hook work and the per-job lock (screener.hooks.later, issue 22): what a hookd
+worker runs after the exit code, and the flock that orders a deferred in-job iostat start
+before the job's epilog stop."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+from screener.hooks import later
+from screener.hooks.later import JobLock
+
+
+def test_deferred_work_runs_in_order_only_after_exit_0() -> None:
+    ran: list[str] = []
+
+    def boom() -> None:
+        ran.append("boom")
+        raise RuntimeError("one step failing must not stop the next")
+
+    later.defer(lambda: ran.append("a"))
+    later.defer(boom)
+    later.defer(lambda: ran.append("b"))
+    assert later.run_pending(0) == 3
+    assert ran == ["a", "boom", "b"]
+    later.defer(lambda: ran.append("requeued"))
+    assert later.run_pending(1) == 0  # a requeued job needs no in-job iostat
+    assert later.run_pending(0) == 0  # and the dropped work does not come back
+    assert ran == ["a", "boom", "b"]
+
+
+def test_the_lock_is_exclusive_and_bounded(tmp_path: Path) -> None:
+    first = JobLock.take(str(tmp_path / "spool"), "42")
+    assert first is not None
+    assert oct((tmp_path / "spool").stat().st_mode & 0o777) == "0o700"
+    assert JobLock.take(str(tmp_path / "spool"), "42") is None  # held: one try, no wait
+    assert JobLock.take(str(tmp_path / "spool"), "43") is not None  # another job: its own
+    first.release()
+    again = JobLock.take(str(tmp_path / "spool"), "42")
+    assert again is not None
+    again.release(remove=True)
+    assert not (tmp_path / "spool" / "iostat-42.lock").exists()
+
+
+def test_a_waiter_ends_up_on_the_file_at_the_path_after_the_holder_removed_it(
+    tmp_path: Path,
+) -> None:
+    # The epilog removes the file as it releases; whoever waited on the old (unlinked)
+    # file must not hold a lock nobody else can see: it locks the file now at the path.
+    spool = str(tmp_path)
+    holder = JobLock.take(spool, "7")
+    assert holder is not None
+    got: list[JobLock | None] = []
+    waiter = threading.Thread(target=lambda: got.append(JobLock.take(spool, "7", 30.0)))
+    waiter.start()
+    holder.release(remove=True)
+    waiter.join(timeout=60)
+    assert got and got[0] is not None
+    path = tmp_path / "iostat-7.lock"
+    assert os.fstat(got[0].fd).st_ino == path.stat().st_ino
+    assert JobLock.take(spool, "7") is None  # and it really holds that one
+    got[0].release(remove=True)
+
+
+def test_no_lock_where_the_spool_cannot_be_made(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    assert JobLock.take(str(blocker / "spool"), "1") is None  # callers go on without it
