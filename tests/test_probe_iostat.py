@@ -68,6 +68,7 @@ def test_iostat_count_covers_the_probe_and_no_more() -> None:
     assert iostat_count(12.0, 1) == 13  # the shipped probe: 3 x (1 s + 3 s), and fio's edges
     assert iostat_count(12.5, 2) == 7  # 13 s in 2-s reports
     assert iostat_count(1.5, 1) == 2  # the prolog's triage: 2 x (0.25 s + 0.5 s); was 3
+    assert iostat_count(0.75, 1) == 1  # its confirmation round (the seq read only); was 2
     assert iostat_count(0.0, 1) == 1
 
 

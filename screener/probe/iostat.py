@@ -69,16 +69,18 @@ def iostat_argv(interval_s: int, count: int, devices: Sequence[str] = ()) -> lis
     ]
 
 
-# What a fio run takes beyond its ramps and runtimes: its start (process, a fixed 100 ms
-# wait for its job thread; ~0.3 s measured) and the drain of in-flight I/O at the end.
-FIO_EDGES_S = 0.5
+# What a fio run takes beyond its ramps and runtimes before its I/O ends: its start
+# (process, a fixed 100 ms wait for its job thread) and the drain of in-flight I/O; fio
+# 3.33 takes 0.29 s in all for a 10 ms read, some of it after the I/O (its exit).
+FIO_EDGES_S = 0.25
 
 
 def iostat_count(duration_s: float, interval_s: int) -> int:
     """Reports that cover a fio run of ``duration_s`` (ramps + runtimes) and its edges; with
     -y each report covers one interval. No more: the probe waits for iostat to end, so an
     interval past fio's end was a second of every short probe spent on idle samples
-    (issue 22: the prolog's 1.5 s triage waited 3 s for its iostat)."""
+    (issue 22: the prolog's 1.5 s triage waited 3 s for its iostat, a 0.75 s confirmation
+    read 2 s)."""
     return max(1, math.ceil((duration_s + FIO_EDGES_S) / interval_s))
 
 
