@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_pipeline import cluster_policy, run, statuses
+from test_pipeline import assert_peers_unharmed, cluster_policy, run, statuses
 
 from bench.stall import Stall
 from screener.pipeline import ScreenResult
@@ -56,7 +56,10 @@ def test_history_of_another_recipe_or_era_is_not_used(cluster: Any, tmp_path: Pa
     _seed_history(store, cluster.nodes, 500_000.0, other, timedelta(hours=1))
     _seed_history(store, cluster.nodes, 500_000.0, this, timedelta(days=60))
     result = run(cluster, policy, store)
-    assert set(statuses(result).values()) == {Status.OK}, result.summary
+    # nobody judged against those figures: no history signal, every node OK but at most
+    # one DEGRADED by noise on a loaded host (CI on 6c87672: a stall-noise DEGRADED peer)
+    assert not [v for v in result.summary.verdicts if "history" in v.signals], result.summary
+    assert_peers_unharmed(result, bad="")
     assert result.run_id is not None
     assert {p.recipe for p in store.run_probes(result.run_id)} == {this}
     # control: the same figures under this recipe and recent do count as history
