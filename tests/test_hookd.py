@@ -20,6 +20,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -349,36 +350,43 @@ def test_a_hook_killed_outright_stops_its_worker(tmp_path: Path, hookd: Hookd) -
 # ------------------------------------------------------------------ slurmctld, through hookd
 
 
+def hookd_cluster(tmp_path: Path, nodes: int) -> Iterator[tuple[Hookd, Any, Path]]:
+    """A hooked cluster whose every hook goes through a fresh hookd: (server, cluster,
+    prolog log), its policy written; the server stopped at the end."""
+    server = Hookd(tmp_path / "hookd.sock")
+    cfg = tmp_path / "screener.toml"
+    try:
+        for cluster in hooked_cluster(tmp_path, cfg, nodes=nodes, hookd=str(server.sock)):
+            log = tmp_path / "prolog.log"
+            write_config(cfg, cluster, f"sqlite:///{tmp_path}/screener.db", log)
+            yield server, cluster, log
+    finally:
+        server.stop()
+
+
 @pytest.mark.cluster
 def test_slurmctld_hooks_through_hookd_drain_and_requeue(tmp_path: Path) -> None:
     # The action path end to end with every hook run served by hookd: the slow node is
     # drained, the job requeued and run on healthy nodes; each hook run is in the server's
     # journal with its exit code, none fell back to an in-process run.
-    server = Hookd(tmp_path / "hookd.sock")
-    cfg = tmp_path / "screener.toml"
-    try:
-        for cluster in hooked_cluster(tmp_path, cfg, nodes=4, hookd=str(server.sock)):
-            log = tmp_path / "prolog.log"
-            write_config(cfg, cluster, f"sqlite:///{tmp_path}/screener.db", log)
-            slow = cluster.nodes[0]  # select/linear allocates the lowest idle nodes first
-            cluster.inject(slow, "slow_read", "20M")
-            out = tmp_path / "hosts-%j.txt"
-            job_id = sbatch(
-                cluster, "-N", "3", "-o", str(out), "--comment", "screener=on",
-                "--wrap", "srun hostname",
-            )  # fmt: skip
-            job = wait_job(cluster, job_id)
-            text = log.read_text()
-            assert job["job_state"] == "COMPLETED" and job["restart_cnt"] >= 1, text
-            ran = set((tmp_path / f"hosts-{job_id}.txt").read_text().split())
-            assert len(ran) == 3 and slow not in ran, (ran, text)
-            assert "DRAIN" in sinfo_nodes(cluster)[slow]["state_flags"]
-            assert "hookd not used" not in text, text
-            assert "exit 1 in " in server.wait_line(f"prolog job {job_id}")  # requeue
-            assert "exit 0 in " in server.wait_line(f"prolog job {job_id}")  # healthy nodes
-            assert "exit 0 in " in server.wait_line(f"epilog job {job_id}")
-    finally:
-        server.stop()
+    for server, cluster, log in hookd_cluster(tmp_path, nodes=4):
+        slow = cluster.nodes[0]  # select/linear allocates the lowest idle nodes first
+        cluster.inject(slow, "slow_read", "20M")
+        out = tmp_path / "hosts-%j.txt"
+        job_id = sbatch(
+            cluster, "-N", "3", "-o", str(out), "--comment", "screener=on",
+            "--wrap", "srun hostname",
+        )  # fmt: skip
+        job = wait_job(cluster, job_id)
+        text = log.read_text()
+        assert job["job_state"] == "COMPLETED" and job["restart_cnt"] >= 1, text
+        ran = set((tmp_path / f"hosts-{job_id}.txt").read_text().split())
+        assert len(ran) == 3 and slow not in ran, (ran, text)
+        assert "DRAIN" in sinfo_nodes(cluster)[slow]["state_flags"]
+        assert "hookd not used" not in text, text
+        assert "exit 1 in " in server.wait_line(f"prolog job {job_id}")  # requeue
+        assert "exit 0 in " in server.wait_line(f"prolog job {job_id}")  # healthy nodes
+        assert "exit 0 in " in server.wait_line(f"epilog job {job_id}")
 
 
 @pytest.mark.cluster
@@ -390,27 +398,20 @@ def test_in_job_iostat_starts_after_the_exit_and_a_short_job_leaves_nothing(
     # start is done: its epilog waits on the job's lock, then stops what was started, so
     # no detached iostat (nor its private directory) outlives the job. Both ways in: a
     # probed allocation (the screen's facts) and an all-fresh one (sentinels only).
-    server = Hookd(tmp_path / "hookd.sock")
-    cfg = tmp_path / "screener.toml"
-    try:
-        for cluster in hooked_cluster(tmp_path, cfg, nodes=3, hookd=str(server.sock)):
-            log = tmp_path / "prolog.log"
-            write_config(cfg, cluster, f"sqlite:///{tmp_path}/screener.db", log)
-            for _ in ("probed", "fresh"):
-                job_id = sbatch(cluster, "-N", "3", "--comment", "screener=on", "--wrap", "true")
-                assert "exit 0 in " in server.wait_line(f"prolog job {job_id}", timeout=240)
-                assert "1 deferred step(s)" in server.wait_line(f"prolog job {job_id}")
-                assert "exit 0 in " in server.wait_line(f"epilog job {job_id}", timeout=240)
-                text = log.read_text()
-                assert "in-job iostat starts once Slurm has the exit code" in text, text
-                started = text.rindex("in-job iostat started on 3 of 3 nodes")
-                first_stop = text.index(f"screener epilog: job {job_id}:")
-                assert started < first_stop, text  # the stop came after the start
-                epilog = [x for x in text.splitlines() if f"screener epilog: job {job_id}:" in x]
-                assert any("iostat ran on" in x or "stored as run" in x for x in epilog), text
-                assert not any("not started" in x for x in epilog), text
-                left = sorted(Path("/tmp").glob(f"screener-iostat-{job_id}-*"))
-                assert left == [], (left, epilog)
-            assert "fast path: " in text, text  # the second job's nodes were fresh
-    finally:
-        server.stop()
+    for server, cluster, log in hookd_cluster(tmp_path, nodes=3):
+        for _ in ("probed", "fresh"):
+            job_id = sbatch(cluster, "-N", "3", "--comment", "screener=on", "--wrap", "true")
+            assert "exit 0 in " in server.wait_line(f"prolog job {job_id}", timeout=240)
+            assert "1 deferred step(s)" in server.wait_line(f"prolog job {job_id}")
+            assert "exit 0 in " in server.wait_line(f"epilog job {job_id}", timeout=240)
+            text = log.read_text()
+            assert "in-job iostat starts once Slurm has the exit code" in text, text
+            started = text.rindex("in-job iostat started on 3 of 3 nodes")
+            first_stop = text.index(f"screener epilog: job {job_id}:")
+            assert started < first_stop, text  # the stop came after the start
+            epilog = [x for x in text.splitlines() if f"screener epilog: job {job_id}:" in x]
+            assert any("iostat ran on" in x or "stored as run" in x for x in epilog), text
+            assert not any("not started" in x for x in epilog), text
+            left = sorted(Path("/tmp").glob(f"screener-iostat-{job_id}-*"))
+            assert left == [], (left, epilog)
+        assert "fast path: " in text, text  # the second job's nodes were fresh
