@@ -238,6 +238,13 @@ def main() -> int:
         " default: the shipped policy's",
     )
     ap.add_argument(
+        "--triage-ramp",
+        type=float,
+        default=None,
+        help="with --prolog: [prolog] triage_ramp_s (the triage's warm-up per job);"
+        " default: the shipped policy's",
+    )
+    ap.add_argument(
         "--decisive",
         type=float,
         default=None,
@@ -281,6 +288,8 @@ def main() -> int:
                     }
                     if args.seq_iodepth is not None:
                         extra["prolog"]["seq_iodepth"] = args.seq_iodepth
+                    if args.triage_ramp is not None:
+                        extra["prolog"]["triage_ramp_s"] = args.triage_ramp
                 if args.decisive is not None:
                     extra["verdict"] = {"decisive_ratio": args.decisive}
                 write_config(cfg, cluster, db, Path(tmp) / "log", probe=probe, **extra)
@@ -362,6 +371,11 @@ def main() -> int:
         else args.decisive,
         "seq_iodepth": (
             (PrologPolicy().seq_iodepth if args.seq_iodepth is None else args.seq_iodepth)
+            if args.prolog
+            else None
+        ),
+        "triage_ramp_s": (
+            (PrologPolicy().triage_ramp_s if args.triage_ramp is None else args.triage_ramp)
             if args.prolog
             else None
         ),
