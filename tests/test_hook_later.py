@@ -68,6 +68,30 @@ def test_a_waiter_ends_up_on_the_file_at_the_path_after_the_holder_removed_it(
     got[0].release(remove=True)
 
 
+def test_stale_lock_files_go_but_a_held_or_recent_one_stays(tmp_path: Path) -> None:
+    # Jobs whose epilog never ran leave 0-byte lock files; the next epilog removes those
+    # older than the bound, never one a running prolog or epilog holds, nor anything else.
+    spool = str(tmp_path)
+    day = 86400.0
+    old_free = JobLock.take(spool, "1")
+    old_held = JobLock.take(spool, "2")
+    recent = JobLock.take(spool, "3")
+    assert old_free and old_held and recent
+    old_free.release()
+    recent.release()
+    other = tmp_path / "spool-0001.json"  # the spool's own files are not locks
+    other.write_text("{}")
+    for p in (old_free.path, old_held.path, other):
+        os.utime(p, (0, 0))
+    assert later.remove_stale(spool, day) == 1
+    assert not old_free.path.exists()
+    assert old_held.path.exists() and recent.path.exists() and other.exists()
+    old_held.release()
+    assert later.remove_stale(spool, day) == 1 and not old_held.path.exists()
+    assert later.remove_stale(spool, day, now=recent.path.stat().st_mtime + 2 * day) == 1
+    assert later.remove_stale(str(tmp_path / "none"), day) == 0  # no spool dir: nothing
+
+
 def test_no_lock_where_the_spool_cannot_be_made(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("")

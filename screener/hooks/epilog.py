@@ -32,7 +32,7 @@ from screener.hooks.injob import (
     stop_argv,
     summarize,
 )
-from screener.hooks.later import JobLock
+from screener.hooks.later import JobLock, remove_stale
 from screener.hooks.prolog import job_from_env
 from screener.hostlist import fold_nodes
 from screener.policy import Policy, database_url
@@ -85,6 +85,9 @@ def _in_job_iostat(policy: Policy, job: SlurmJob, ok: bool, why: str, log: HookL
     finally:
         if lock is not None:
             lock.release(remove=True)
+        # and the lock files of jobs that never had an epilog, once older than any in-job
+        # iostat (prolog.iostat_max_s) could still be starting
+        remove_stale(policy.store.spool_dir, policy.prolog.iostat_max_s)
     if not any(p.iostat for p in probes):
         log(f"job {job.job_id}: {no_samples(probes, policy.prolog.iostat_interval_s)}")
         return

@@ -93,6 +93,38 @@ class JobLock:
         os.close(self.fd)
 
 
+def remove_stale(spool_dir: str, older_than_s: float, now: float | None = None) -> int:
+    """Delete job lock files untouched for ``older_than_s`` seconds that nobody holds: those
+    of jobs whose epilog never ran (a controller restart, a hook killed). The epilog calls
+    it after its own; a lock held now, or a file replaced meanwhile, is left. How many."""
+    cutoff = (time.time() if now is None else now) - older_than_s
+    gone = 0
+    try:
+        names = [n for n in os.listdir(spool_dir) if n.startswith(LOCK_PREFIX)]
+    except OSError:
+        return 0
+    for name in names:
+        path = Path(spool_dir) / name
+        if not name.endswith(".lock"):
+            continue
+        try:
+            if path.lstat().st_mtime >= cutoff:
+                continue
+            fd = os.open(path, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if _same_file(fd, path):
+                path.unlink()
+                gone += 1
+        except OSError:
+            pass  # held by a running prolog or epilog, or gone already
+        finally:
+            os.close(fd)
+    return gone
+
+
 def _flock(fd: int, deadline: float) -> bool:
     """LOCK_EX on ``fd``, trying until ``deadline`` (a blocking flock could not be bounded
     without a signal, and a hook must not touch its own signal handlers for this)."""
