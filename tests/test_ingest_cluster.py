@@ -117,7 +117,10 @@ def run_screened_job(
         "--json",
         env=env,
     )
-    assert screen.returncode == 0, screen.stderr  # every node passed screening
+    assert screen.returncode == 0, screen.stderr
+    # every node passed screening OK (a DEGRADED one would be "unscreened" to accuracy)
+    judged = {n["node"]: n["status"] for n in json.loads(screen.stdout)["nodes"]}
+    assert judged == dict.fromkeys(nodes, "OK"), judged
     if slow is not None:
         cluster.inject(slow, "slow_read", "20M")  # after the prolog passed it
     cluster.slurm("scontrol", "release", job)
@@ -139,6 +142,9 @@ def test_node_slowed_after_screening_is_an_in_job_episode_and_a_miss(
     cfg.write_text(
         f'[probe]\nsize_mib = 32\nruntime_s = 1.0\nramp_s = 0.5\ntarget = "{cluster.scratch}"\n'
         f'[transport]\nssh_config = "{cluster.ssh_config}"\nknown_hosts = "{cluster.known_hosts}"\n'
+        # a stall mode or close call from a CPU hiccup of the 2 shared cores can make a
+        # healthy node DEGRADED before the job (CI, 2026-11-27): not this test's subject
+        '[verdict]\nshadow = ["stalls", "close_call"]\n'
     )
     layout = ["--nodes", ",".join(nodes), "--ranks-per-node", "1", "--partition", "debug"]
     try:
