@@ -9,6 +9,7 @@ own "listening on" line; the hooks are the real console script, as slurmctld run
 
 from __future__ import annotations
 
+import functools
 import os
 import queue
 import shutil
@@ -359,18 +360,39 @@ def test_a_hook_killed_outright_stops_its_worker(tmp_path: Path, hookd: Hookd) -
 # ------------------------------------------------------------------ slurmctld, through hookd
 
 
-def hookd_cluster(tmp_path: Path, nodes: int) -> Iterator[tuple[Hookd, Any, Path]]:
+def hookd_cluster(tmp_path: Path, nodes: int, **sections: Any) -> Iterator[tuple[Hookd, Any, Path]]:
     """A hooked cluster whose every hook goes through a fresh hookd: (server, cluster,
-    prolog log), its policy written; the server stopped at the end."""
+    prolog log), its policy written (``sections``: write_config's); the server stopped at
+    the end."""
     server = Hookd(tmp_path / "hookd.sock")
     cfg = tmp_path / "screener.toml"
     try:
         for cluster in hooked_cluster(tmp_path, cfg, nodes=nodes, hookd=str(server.sock)):
             log = tmp_path / "prolog.log"
-            write_config(cfg, cluster, f"sqlite:///{tmp_path}/screener.db", log)
+            write_config(cfg, cluster, f"sqlite:///{tmp_path}/screener.db", log, **sections)
             yield server, cluster, log
     finally:
         server.stop()
+
+
+def _screened(cluster: Any, out: Path, n: int) -> str:
+    """A screened n-node job writing its hostnames to ``out`` (%j: its id)."""
+    return sbatch(
+        cluster, "-N", str(n), "-o", str(out), "--comment", "screener=on",
+        "--wrap", "srun hostname",
+    )  # fmt: skip
+
+
+def _running(cluster: Any, job_id: str) -> bool:
+    return bool(job_state(cluster, job_id)["job_state"] == "RUNNING")
+
+
+def _ran_on(server: Hookd, cluster: Any, log: Path, out: Path, job_id: str) -> set[str]:
+    """The job run to its end (its epilog too, through hookd): the nodes it ran on."""
+    done = wait_job(cluster, job_id)
+    assert done["job_state"] == "COMPLETED", log.read_text()
+    assert "exit 0 in " in server.wait_line(f"epilog job {job_id}")
+    return set(Path(str(out).replace("%j", job_id)).read_text().split())
 
 
 @pytest.mark.cluster
@@ -381,11 +403,7 @@ def test_slurmctld_hooks_through_hookd_drain_and_requeue(tmp_path: Path) -> None
     for server, cluster, log in hookd_cluster(tmp_path, nodes=4):
         slow = cluster.nodes[0]  # select/linear allocates the lowest idle nodes first
         cluster.inject(slow, "slow_read", "20M")
-        out = tmp_path / "hosts-%j.txt"
-        job_id = sbatch(
-            cluster, "-N", "3", "-o", str(out), "--comment", "screener=on",
-            "--wrap", "srun hostname",
-        )  # fmt: skip
+        job_id = _screened(cluster, tmp_path / "hosts-%j.txt", 3)
         job = wait_job(cluster, job_id)
         text = log.read_text()
         assert job["job_state"] == "COMPLETED" and job["restart_cnt"] >= 1, text
@@ -426,22 +444,6 @@ def test_in_job_iostat_starts_after_the_exit_and_a_short_job_leaves_nothing(
         assert "fast path: " in text, text  # the second job's nodes were fresh
 
 
-def _screened(cluster: Any, out: Path, n: int) -> str:
-    """A screened n-node job writing its hostnames to ``out`` (%j: its id)."""
-    return sbatch(
-        cluster, "-N", str(n), "-o", str(out), "--comment", "screener=on",
-        "--wrap", "srun hostname",
-    )  # fmt: skip
-
-
-def _ran_on(server: Hookd, cluster: Any, log: Path, out: Path, job_id: str) -> set[str]:
-    """The job run to its end (its epilog too, through hookd): the nodes it ran on."""
-    done = wait_job(cluster, job_id)
-    assert done["job_state"] == "COMPLETED", log.read_text()
-    assert "exit 0 in " in server.wait_line(f"epilog job {job_id}")
-    return set(Path(str(out).replace("%j", job_id)).read_text().split())
-
-
 @pytest.mark.cluster
 def test_an_admins_week_through_hookd(tmp_path: Path) -> None:
     # What an admin meets after the first drain, every hook served by hookd: the drained
@@ -449,14 +451,12 @@ def test_an_admins_week_through_hookd(tmp_path: Path) -> None:
     # (the second offence); a node that passed minutes ago turns slow and the next job,
     # a 1-node one, is kept off it by its sentinel and the full probe (too small for a
     # triage: the fleet's figures are its peers). Each job ends on healthy nodes.
-    for server, cluster, log in hookd_cluster(tmp_path, nodes=5):
+    # Two distinct slow nodes of the 4 probed lately would be a shared cause to the shipped
+    # small-job guard (max_drain_fraction 0.34: held, nobody drained, as test_guard_cluster
+    # shows); this site lets a 1-node job drain up to half of them.
+    guard = {"partition_max_drain_fraction": 0.5, "max_drain_fraction": 0.5}
+    for server, cluster, log in hookd_cluster(tmp_path, nodes=5, slurm=guard):
         pace_devices(cluster, list(cluster.nodes))  # the device sets each node's rate
-        # Two distinct slow nodes of the 4 probed lately would be a shared cause to the
-        # shipped small-job guard (max_drain_fraction 0.34: held, nobody drained, as
-        # test_guard_cluster shows); this site lets a 1-node job drain up to half of them.
-        guard = {"partition_max_drain_fraction": 0.5, "max_drain_fraction": 0.5}
-        db = f"sqlite:///{tmp_path}/screener.db"
-        write_config(tmp_path / "screener.toml", cluster, db, log, slurm=guard)
         first, second = cluster.nodes[0], cluster.nodes[1]
         out = tmp_path / "hosts-%j.txt"
 
@@ -469,10 +469,7 @@ def test_an_admins_week_through_hookd(tmp_path: Path) -> None:
         assert resumed.returncode == 0, resumed.stderr  # by hand, although still slow
         # two healthy nodes held by an unscreened job, so the next one must take node01
         blocker = sbatch(cluster, "-w", ",".join(cluster.nodes[3:]), "--wrap", "sleep 600")
-        deadline = time.monotonic() + 120
-        while job_state(cluster, blocker)["job_state"] != "RUNNING":
-            assert time.monotonic() < deadline, "the blocker never ran"
-            time.sleep(0.2)
+        wait_for(functools.partial(_running, cluster, blocker), 120, "the blocker to run")
         b = _screened(cluster, out, 3)
         assert "exit 1 in " in server.wait_line(f"prolog job {b}", timeout=240)  # drained
         cluster.slurm("scancel", blocker)

@@ -103,23 +103,17 @@ def remove_stale(spool_dir: str, older_than_s: float, now: float | None = None) 
         names = [n for n in os.listdir(spool_dir) if n.startswith(LOCK_PREFIX)]
     except OSError:
         return 0
-    for name in names:
-        path = Path(spool_dir) / name
-        if not name.endswith(".lock"):
-            continue
+    for path in (Path(spool_dir) / n for n in names if n.endswith(".lock")):
         try:
             if path.lstat().st_mtime >= cutoff:
                 continue
             fd = os.open(path, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW)
         except OSError:
             continue
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            if _same_file(fd, path):
-                path.unlink()
+        try:  # one try (a deadline already past): held now by a prolog or epilog, it stays
+            if _flock(fd, 0.0) and _same_file(fd, path):
+                path.unlink(missing_ok=True)
                 gone += 1
-        except OSError:
-            pass  # held by a running prolog or epilog, or gone already
         finally:
             os.close(fd)
     return gone
