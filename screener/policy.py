@@ -154,6 +154,10 @@ class PrologPolicy:
     sentinel: bool = True
     sentinel_s: float = 0.1
     sentinel_drop: float = 0.5
+    # What reads: "dd" (no fio start cost: ~0.1 s per round instead of ~0.5 s here), judged
+    # against the node's own dd readings, which a fio sentinel that read as usual records
+    # (until a node has 3, its sentinel is fio's); "fio": always fio (issue 22).
+    sentinel_reader: str = "dd"
     # Triage (issue 22): nodes to probe first get a short probe of the read jobs (this
     # ramp + runtime each; the write too with triage_write); only the nodes it leaves
     # ambiguous, and nodes whose latest verdict was not OK, get the full [probe].
@@ -267,6 +271,7 @@ _ALLOWED = {
     "probe.ioengine": ("libaio", "io_uring"),
     "transport.kind": ("asyncssh", "fabric", "local"),
     "slurm.backend": ("auto", "cli", "pyslurm"),
+    "prolog.sentinel_reader": ("dd", "fio"),
 }
 
 

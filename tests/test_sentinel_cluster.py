@@ -13,8 +13,12 @@ from typing import Any
 import pytest
 
 from deploy.minicluster import ClusterHandle
+from screener.hooks.fast_sentinel import DD_READINGS_MIN
 from screener.hostlist import fold_nodes
+from screener.policy import load_policy
+from screener.probe.sentinel import dd_recipe
 from screener.store import open_store
+from screener.store.slurm_records import SlurmRecords
 from tests.hooked_cluster import (
     module_cluster,
     pace_devices,
@@ -141,6 +145,41 @@ def test_sentinels_read_beside_the_screen_and_a_failed_one_is_probed_after_it(
         assert f"{slow}: sentinel read " in log and "(< 0.5): full probe" in log, log
         assert f"full probe of {slow} after the screen, beside {unfresh}" in log, log
         assert "sentinel as usual (beside the screen), not probed" in log, log
+    assert f"{slow}: SLOW_READ" in log, log
+    node = sinfo_nodes(cluster)[slow]
+    assert "DRAIN" in node["state_flags"] and node["reason"].startswith("screener: rd "), node
+
+
+def _readings(site: dict[str, Any]) -> dict[str, int]:
+    """How many dd readings each node has on record."""
+    policy = load_policy(site["config"])
+    recipe = dd_recipe(policy.probe, policy.prolog.sentinel_s)
+    with open_store(site["db"]) as store:
+        got = SlurmRecords(store).sentinel_readings(site["cluster"].nodes, recipe, None, 99)
+    return {n: len(v) for n, v in got.items()}
+
+
+def test_dd_sentinel_learns_each_node_then_catches_one_slowed_after_passing(
+    site: dict[str, Any],
+) -> None:
+    """issue 22: the first DD_READINGS_MIN fast paths read with fio and take a dd reading
+    beside it; from then on the sentinel is dd's, judged against the node's own readings,
+    and a node slowed after passing fails it, gets the full probe and is drained."""
+    cluster = site["cluster"]
+    for i in range(DD_READINGS_MIN):
+        _job(site, NODES)
+        assert set(_readings(site).values()) == {i + 1}, site["log"].read_text()
+    _, ran = _job(site, NODES)  # every node now reads with dd
+    with open_store(site["db"]) as store:
+        newest = [next(e for e in store.node_events(n) if e.action == "fast_path") for n in ran]
+    assert all("; dd sentinel read " in e.reason for e in newest), newest
+    assert set(_readings(site).values()) == {DD_READINGS_MIN}  # dd's own passes add none
+    slow = cluster.nodes[0]
+    cluster.inject(slow, "slow_read", SLOW)
+    job, ran = _job(site, NODES - 1)
+    log = site["log"].read_text()
+    assert job["restart_cnt"] >= 1 and slow not in ran and len(ran) == NODES - 1, (ran, log)
+    assert f"{slow}: dd sentinel read " in log and "(< 0.5): full probe" in log, log
     assert f"{slow}: SLOW_READ" in log, log
     node = sinfo_nodes(cluster)[slow]
     assert "DRAIN" in node["state_flags"] and node["reason"].startswith("screener: rd "), node

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import statistics
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 from screener.errors import ProbeError, TransportError
@@ -13,7 +14,14 @@ from screener.hooks.hooklog import HookLog
 from screener.hooks.triage import short_read_depth
 from screener.policy import Policy
 from screener.probe.fio import parse_fio
-from screener.probe.sentinel import SENTINEL_JOB, SentinelResult, judge_sentinel, sentinel_argv
+from screener.probe.sentinel import (
+    SENTINEL_JOB,
+    SentinelResult,
+    dd_sentinel_argv,
+    judge_sentinel,
+    parse_dd,
+    sentinel_argv,
+)
 from screener.slurm.client import SlurmJob
 from screener.transport.base import Transport, check
 
@@ -25,19 +33,51 @@ SENTINEL_SLACK_S = 5.0
 CLOSE_FACTOR = 0.25
 
 
+# The dd reader (issue 22) is trusted once a node has this many dd readings of its own;
+# until then its sentinel is fio's, and a fio sentinel reading at least DD_BASE_RATIO x its
+# usual adds a dd reading beside it (taken right after, on the same connection).
+DD_READINGS_MIN = 3
+DD_READINGS_KEEP = 5
+DD_BASE_RATIO = 0.8
+
+
 async def run_sentinels(
     transport: Transport,
     nodes: Sequence[str],
     usual: Mapping[str, Sequence[float]],
     policy: Policy,
+    dd_usual: Mapping[str, Sequence[float]] | None = None,
 ) -> list[SentinelResult]:
-    """Each node's sentinel, all at once; errors become failed sentinels (full probe)."""
+    """Each node's sentinel, all at once; errors become failed sentinels (full probe).
+    With ``prolog.sentinel_reader = "dd"``, a node with DD_READINGS_MIN dd readings
+    (``dd_usual``) reads with dd against them; the others read with fio against ``usual``
+    and, when that reads as usual, once with dd too (``dd_reading``: to be recorded)."""
     pp = policy.prolog
     probe = dataclasses.replace(policy.probe, seq_iodepth=short_read_depth(policy))
     argv = sentinel_argv(probe, pp.sentinel_s)
     timeout = min(policy.transport.command_timeout_s, pp.sentinel_s + SENTINEL_SLACK_S)
+    dd_timeout = min(policy.transport.command_timeout_s, 2.5 * pp.sentinel_s + SENTINEL_SLACK_S)
+    dd_on = pp.sentinel_reader == "dd"
+    dd_known = {n: list(v) for n, v in (dd_usual or {}).items() if len(v) >= DD_READINGS_MIN}
+
+    async def dd(node: str, expect: float) -> float:
+        res = await transport.run(
+            node, dd_sentinel_argv(probe, pp.sentinel_s, expect), timeout=dd_timeout
+        )
+        return parse_dd(res.exit_status, res.stderr, node)
 
     async def one(node: str) -> SentinelResult:
+        mine = usual.get(node, ())
+        if dd_on and node in dd_known:  # as much as its usual fio rate reads (a stable count)
+            expect = statistics.median(mine or dd_known[node])
+            try:
+                bw, error = await dd(node, expect), None
+            except (TransportError, ProbeError) as exc:
+                bw, error = None, str(exc)
+            return judge_sentinel(node, bw, error, dd_known[node], pp.sentinel_drop, "dd")
+        # Learning a node's dd level: dd reads first, as it will in later prologs (the
+        # first read after idle), then fio judges whether the node reads as usual now.
+        reading = await _quiet(dd(node, statistics.median(mine))) if dd_on and mine else None
         try:
             res = check(await transport.run(node, argv, timeout=timeout))
             job = parse_fio(res.stdout, node).job(SENTINEL_JOB)
@@ -46,7 +86,10 @@ async def run_sentinels(
             bw, error = job.bw_bytes, None
         except (TransportError, ProbeError) as exc:
             bw, error = None, str(exc)
-        return judge_sentinel(node, bw, error, usual.get(node, ()), pp.sentinel_drop)
+        result = judge_sentinel(node, bw, error, mine, pp.sentinel_drop)
+        if reading and result.passed and (result.ratio or 0.0) >= DD_BASE_RATIO:
+            result = dataclasses.replace(result, dd_reading=reading)
+        return result
 
     first = await asyncio.gather(*(one(n) for n in nodes))
     # A close call reads again before it costs a full probe: on the emulated cluster (8
@@ -55,6 +98,14 @@ async def run_sentinels(
     close = [r.node for r in first if _close_call(r, pp.sentinel_drop)]
     again = {r.node: r for r in await asyncio.gather(*(one(n) for n in close))}
     return [_second(r, again[r.node]) if r.node in again else r for r in first]
+
+
+async def _quiet(reading: Awaitable[float]) -> float | None:
+    """A dd reading, or None when it failed (a missing reading costs nothing but time)."""
+    try:
+        return await reading
+    except (TransportError, ProbeError):
+        return None
 
 
 def _close_call(r: SentinelResult, drop: float) -> bool:
@@ -78,6 +129,7 @@ async def sentinel_then_iostat(
     usual: Mapping[str, Sequence[float]],
     log: HookLog,
     iostat: bool = True,
+    dd_usual: Mapping[str, Sequence[float]] | None = None,
 ) -> list[SentinelResult]:
     """Sentinels on ``fresh`` (every node of the job); when they all pass and ``iostat``,
     start in-job iostat over the same connections (else the prolog starts it later)."""
@@ -86,7 +138,7 @@ async def sentinel_then_iostat(
 
     transport = make_transport(policy.transport)
     try:
-        results = await run_sentinels(transport, fresh, usual, policy)
+        results = await run_sentinels(transport, fresh, usual, policy, dd_usual)
         if iostat and policy.prolog.iostat and all(r.passed for r in results):
             await start_job_iostat(transport, job, {}, policy, log)
         return results
@@ -99,6 +151,7 @@ def sentinels_beside(
     fresh: Sequence[str],
     usual: Mapping[str, Sequence[float]],
     out: list[SentinelResult],
+    dd_usual: Mapping[str, Sequence[float]] | None = None,
 ) -> Callable[[Transport], Awaitable[None]]:
     """The sentinels of ``fresh`` as a run_loop ``beside`` step: they read while the job's
     other nodes are probed (their I/O never meets: other nodes), over the screen's
@@ -107,7 +160,7 @@ def sentinels_beside(
 
     async def beside(transport: Transport) -> None:
         try:
-            out.extend(await run_sentinels(transport, fresh, usual, policy))
+            out.extend(await run_sentinels(transport, fresh, usual, policy, dd_usual))
         except Exception as exc:  # a bug must not lose the screen beside it
             why = f"sentinel failed: internal error: {exc!r}"
             out.extend(SentinelResult(n, False, why) for n in fresh)

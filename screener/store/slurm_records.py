@@ -21,6 +21,7 @@ from screener.store.tables import (
     NodeRecord,
     ProbeJobRecord,
     RunRecord,
+    SentinelReadingRecord,
     VerdictRecord,
 )
 
@@ -196,6 +197,48 @@ class SlurmRecords(DrainIntents):
                     for n, t in passed.items()
                 ],
             )
+
+    # ---- the dd sentinel's own readings (issue 22) ---------------------------------------
+    def record_sentinel_readings(
+        self, readings: Mapping[str, float], recipe: str, at: datetime
+    ) -> None:
+        """Each node's dd sentinel figure (bytes/s), in one transaction."""
+        if not readings:
+            return
+        when = aware(at, "at")
+        with self.store.writing("record dd sentinel readings") as conn:
+            ids = ensure_nodes(conn, list(readings), when, touch=False)
+            conn.execute(
+                insert(SentinelReadingRecord),
+                [
+                    {"node_id": ids[convert.node_name(n)], "at": when, "recipe": recipe,
+                     "read_bw": float(bw)}
+                    for n, bw in readings.items()
+                ],
+            )  # fmt: skip
+
+    def sentinel_readings(
+        self, nodes: Sequence[str], recipe: str, since: datetime | None, limit: int
+    ) -> dict[str, list[float]]:
+        """Each node's newest ``limit`` dd readings of ``recipe`` since ``since`` (newest
+        first); nodes without any map to []."""
+        names = [convert.node_name(n) for n in nodes]
+        out: dict[str, list[float]] = {n: [] for n in names}
+        if not names or limit <= 0:
+            return out
+        query = (
+            select(NodeRecord.name, SentinelReadingRecord.read_bw)
+            .join(NodeRecord, NodeRecord.id == SentinelReadingRecord.node_id)
+            .where(NodeRecord.name.in_(names), SentinelReadingRecord.recipe == recipe)
+            .order_by(NodeRecord.name, SentinelReadingRecord.at.desc())
+        )
+        if since is not None:
+            query = query.where(SentinelReadingRecord.at >= aware(since, "since"))
+        with self.store.reading("read dd sentinel readings") as conn:
+            for name, bw in conn.execute(query):
+                if len(out[name]) < limit:
+                    out[name].append(float(bw))
+        return out
 
     def sweep_passes(self, node: str, limit: int = 100) -> int:
         """Consecutive OK verdicts of ``node`` in sweep runs, newest first."""

@@ -337,6 +337,20 @@ class EventRecord(Base):
     job_id: Mapped[str | None] = mapped_column(String(64))  # the job it was done for (0004f)
 
 
+class SentinelReadingRecord(Base):
+    """A dd sentinel's figure for a node, taken right after its fio sentinel read as usual
+    (issue 22): the yardstick later dd sentinels of that node are judged against."""
+
+    __tablename__ = "sentinel_readings"
+    __table_args__ = (Index(None, "node_id", "recipe", "at"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    node_id: Mapped[int] = mapped_column(ForeignKey("nodes.id"))
+    at: Mapped[datetime]
+    recipe: Mapped[str] = mapped_column(String(32))  # probe.sentinel.dd_recipe
+    read_bw: Mapped[float]  # bytes/s
+
+
 # ---- after the job (issue 12): ingested IOR/fio results, see screener/ingest ----------------
 JOB_PHASES = ("write", "read")  # screener.ingest.results.Phase
 JOB_SOURCES = ("ior_text", "ior_json", "ior_csv", "fio_json")  # ...results.SourceKind
