@@ -7,9 +7,11 @@ sentinel runs on all four nodes at once, as the prolog runs it (asyncssh, the no
 usual level, `prolog.sentinel_drop`), for each sentinel length. Per cell: how often the
 throttled node failed the sentinel (detection), how often a healthy node did (false
 alarms), the ratio it read, and the wall of one sentinel round over the four nodes.
-Writes bench/results/sentinel.json.
+Writes bench/results/sentinel.json. With ``--reader dd`` (issue 22) each node first learns
+its dd level at each length (DD_READINGS_MIN rounds of fio sentinels with a dd reading
+beside, as the prolog learns it) and the cells read with dd: bench/results/sentinel_dd.json.
 
-    .venv/bin/python bench/sentinel.py [--repeat 5]
+    .venv/bin/python bench/sentinel.py [--repeat 5] [--reader fio|dd]
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from deploy.minicluster import Cluster, ClusterHandle
 from deploy.minicluster.slots import claim_slot
 from screener import __version__
 from screener.app import make_transport
-from screener.hooks.fast_sentinel import run_sentinels
+from screener.hooks.fast_sentinel import DD_READINGS_MIN, run_sentinels
 from screener.policy import load_policy
 from screener.probe.fio import recipe_fingerprint
 from screener.store import open_store
@@ -42,6 +44,7 @@ from tests.hooked_cluster import SCREENER, write_config
 
 RESULTS = Path(__file__).resolve().parent / "results" / "sentinel.json"
 UNPACED = RESULTS.with_name("sentinel_unpaced.json")
+DD = RESULTS.with_name("sentinel_dd.json")
 NODES = 4
 PACE_MB_S = 300
 SLOWDOWNS = (1.0, 1.5, 2.0, 3.0, 4.0, 10.0, 25.0)
@@ -53,18 +56,35 @@ def throttle(cluster: ClusterHandle, node: str, mb_s: float) -> None:
     cluster.inject(node, "slow_write", f"{PACE_MB_S}M")
 
 
-async def one_round(cfg: Path, length: float, usual: dict[str, list[float]]) -> tuple[Any, float]:
+async def one_round(
+    cfg: Path,
+    length: float,
+    usual: dict[str, list[float]],
+    reader: str = "fio",
+    dd: dict[str, list[float]] | None = None,
+) -> tuple[Any, float]:
     policy = load_policy(cfg)
-    policy = dataclasses.replace(
-        policy, prolog=dataclasses.replace(policy.prolog, sentinel_s=length)
-    )
+    prolog = dataclasses.replace(policy.prolog, sentinel_s=length, sentinel_reader=reader)
+    policy = dataclasses.replace(policy, prolog=prolog)
     transport = make_transport(policy.transport)
     try:
         t0 = time.monotonic()
-        results = await run_sentinels(transport, list(usual), usual, policy)
+        results = await run_sentinels(transport, list(usual), usual, policy, dd)
         return results, time.monotonic() - t0
     finally:
         await transport.close()
+
+
+def learn(cfg: Path, length: float, usual: dict[str, list[float]]) -> dict[str, list[float]]:
+    """Each node's dd readings at ``length``, taken as the prolog takes them (dd first, then
+    a fio sentinel that must read as usual), DD_READINGS_MIN rounds."""
+    got: dict[str, list[float]] = {n: [] for n in usual}
+    for _ in range(DD_READINGS_MIN):
+        results, _ = asyncio.run(one_round(cfg, length, usual, "dd", {}))
+        for r in results:
+            if r.dd_reading:
+                got[r.node].append(r.dd_reading)
+    return got
 
 
 def main() -> int:
@@ -72,6 +92,7 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--unpaced", action="store_true", help="no pacing: healthy nodes only")
     ap.add_argument("--nodes", type=int, default=NODES)
+    ap.add_argument("--reader", choices=("fio", "dd"), default="fio", help="prolog.sentinel_reader")
     args = ap.parse_args()
     cells: list[dict[str, Any]] = []
     drop = 0.0
@@ -99,6 +120,13 @@ def main() -> int:
                     cluster.nodes, 5, recipe_fingerprint(policy.probe), None
                 )
             victim, healthy = cluster.nodes[0], cluster.nodes[1:]
+            dd_levels = {x: learn(cfg, x, usual) for x in LENGTHS_S} if args.reader == "dd" else {}
+            for x, levels in dd_levels.items():
+                print(
+                    f"dd levels at {x} s (MB/s):",
+                    {n: [round(v / 1e6) for v in r] for n, r in levels.items()},
+                    flush=True,
+                )
             for slowdown in (1.0,) if args.unpaced else SLOWDOWNS:
                 if not args.unpaced:
                     throttle(cluster, victim, PACE_MB_S / slowdown)
@@ -108,7 +136,8 @@ def main() -> int:
                     healthy_ratios: list[float] = []
                     walls: list[float] = []
                     for _ in range(args.repeat):
-                        results, wall = asyncio.run(one_round(cfg, length, usual))
+                        dd = dd_levels.get(length)
+                        results, wall = asyncio.run(one_round(cfg, length, usual, args.reader, dd))
                         walls.append(wall)
                         by = {r.node: r for r in results}
                         v = by[victim]
@@ -144,12 +173,14 @@ def main() -> int:
         "nodes": args.nodes,
         "pace_mb_s": None if args.unpaced else PACE_MB_S,
         "sentinel_drop": drop,
+        "reader": args.reader,
         "repeat": args.repeat,
         "cells": cells,
         "load_average_at_end": [round(x, 1) for x in os.getloadavg()],
     }
     RESULTS.parent.mkdir(exist_ok=True)
-    (UNPACED if args.unpaced else RESULTS).write_text(json.dumps(doc, indent=2) + "\n")
+    out = UNPACED if args.unpaced else DD if args.reader == "dd" else RESULTS
+    out.write_text(json.dumps(doc, indent=2) + "\n")
     return 0
 
 

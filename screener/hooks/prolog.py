@@ -32,7 +32,8 @@ from screener.hooks.decide import drainable, fast_path, selects, small_allocatio
 from screener.hooks.hooklog import HookLog, describe_error
 from screener.hostlist import expand_nodeset, fold_nodes
 from screener.policy import Policy, database_url, shorten
-from screener.slurm import SlurmClient, SlurmJob, select_client
+from screener.slurm import SlurmClient, SlurmJob
+from screener.slurm.choose import ChosenLater
 from screener.slurm.client import check_job_id
 
 if TYPE_CHECKING:
@@ -128,15 +129,10 @@ def _run_job(
 
     url = database_url(policy)
     store: Store | None = None
+    later = ChosenLater(policy.slurm) if client is None else None  # chosen while we go on
     try:
-        if client is None:
-            client, backend = select_client(policy.slurm)
-        else:
-            backend = f"{client.name}: passed in"
-        log(
-            f"job {job.job_id} ({shorten(job.name)!r}) on {fold_nodes(job.nodes)}: screening "
-            f"({why}); slurm backend {backend}"
-        )
+        on = f"({shorten(job.name)!r}) on {fold_nodes(job.nodes)}"
+        log(f"job {job.job_id} {on}: screening ({why})")
         store = open_store(url, upgrade=url.startswith("sqlite"))
         unavailable = None
     except StoreError as exc:
@@ -148,14 +144,26 @@ def _run_job(
         log("resumed)")
     except ScreenerError as exc:
         return _fail(policy, log, f"job {job.job_id}: {exc}")
-    assert client is not None  # set above, or we returned
     try:
-        return _screen_job(policy, job, client, store, unavailable, log, t0)
+        slurm: SlurmClient | None = later if later is not None else client
+        assert slurm is not None  # one of the two is always set
+        code = _screen_job(policy, job, slurm, store, unavailable, log, t0)
+        _say_backend(later, client, log)  # a choice that failed fails the hook, as before
+        return code
     except ScreenerError as exc:
         return _fail(policy, log, f"job {job.job_id}: {exc}")
     finally:
         if store is not None:
             store.close()
+
+
+def _say_backend(later: ChosenLater | None, client: SlurmClient | None, log: HookLog) -> None:
+    """Log the Slurm backend (chosen beside the screen, or passed in); raises SlurmError when
+    choosing it failed (slurm.backend = pyslurm and pyslurm unusable)."""
+    if later is not None:
+        log(f"slurm backend {later.chosen()[1]}")
+    elif client is not None:
+        log(f"slurm backend {client.name}: passed in")
 
 
 def _screen_job(

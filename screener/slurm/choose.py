@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import importlib
+import threading
+from collections.abc import Sequence
 
-from screener.errors import SlurmError
+from screener.errors import ScreenerError, SlurmError
 from screener.policy import SlurmPolicy
 from screener.slurm.cli_backend import CliSlurm
-from screener.slurm.client import SlurmClient
+from screener.slurm.client import SlurmClient, SlurmJob, SlurmNode
 from screener.slurm.pyslurm_backend import PyslurmClient
 from screener.slurm.pyslurm_probe import judge, probe_pyslurm
 
@@ -29,3 +31,56 @@ def select_client(policy: SlurmPolicy) -> tuple[SlurmClient, str]:
     if forced:
         raise SlurmError(f"slurm.backend = pyslurm but {why}")
     return CliSlurm(policy.command_timeout_s), f"cli: {why}; using sinfo/squeue/scontrol"
+
+
+class ChosenLater:
+    """A SlurmClient chosen in a thread started at once, waited for on first use: the child
+    that imports pyslurm (~60 ms a prolog) runs while the prolog reads the store and the
+    nodes read their sentinels; a fast path that asks Slurm nothing waits only at its end
+    (``chosen``), to say which backend it would have used or what failed."""
+
+    def __init__(self, policy: SlurmPolicy) -> None:
+        self._done = threading.Event()
+        self._client: SlurmClient | None = None
+        self._why = ""
+        self._error: ScreenerError | None = None
+        thread = threading.Thread(target=self._choose, args=(policy,), name="slurm-backend")
+        thread.daemon = True  # a hung child is bounded by its own timeout; never block exit
+        thread.start()
+
+    def _choose(self, policy: SlurmPolicy) -> None:
+        try:
+            self._client, self._why = select_client(policy)
+        except ScreenerError as exc:
+            self._error = exc
+        except Exception as exc:  # a bug: raised on use as a SlurmError, like a failed choice
+            self._error = SlurmError(f"choosing the Slurm backend: {type(exc).__name__}: {exc}")
+        finally:
+            self._done.set()
+
+    def chosen(self) -> tuple[SlurmClient, str]:
+        """(client, why) once chosen; raises what choosing raised."""
+        self._done.wait()
+        if self._error is not None:
+            raise self._error
+        assert self._client is not None
+        return self._client, self._why
+
+    @property
+    def name(self) -> str:
+        return self.chosen()[0].name
+
+    def nodes(self, names: Sequence[str] | None = None) -> list[SlurmNode]:
+        return self.chosen()[0].nodes(names)
+
+    def job(self, job_id: str) -> SlurmJob | None:
+        return self.chosen()[0].job(job_id)
+
+    def drain(self, nodes: Sequence[str], reason: str) -> None:
+        self.chosen()[0].drain(nodes, reason)
+
+    def resume(self, nodes: Sequence[str]) -> None:
+        self.chosen()[0].resume(nodes)
+
+    def release(self, job_id: str) -> None:
+        self.chosen()[0].release(job_id)

@@ -75,7 +75,10 @@ class SlurmJob:
 class SlurmClient(Protocol):
     """The Slurm operations screener uses; every backend raises SlurmError on failure."""
 
-    name: str  # "cli" or "pyslurm", for logs and `screener doctor`
+    @property
+    def name(self) -> str:
+        """ "cli" or "pyslurm", for logs and `screener doctor`."""
+        ...
 
     def nodes(self, names: Sequence[str] | None = None) -> list[SlurmNode]:
         """Nodes with state and reason (all nodes when ``names`` is None)."""
