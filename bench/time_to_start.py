@@ -13,6 +13,9 @@ A "+rolling" mode first runs one rolling sweep over the 10 healthy idle nodes (`
 sweep --submit --rolling --wait`, rolling_nodes 10: what the rolling timer keeps true), so
 every node is fresh when the job is submitted; in the slow case node01 turns slow after
 it (its sentinel catches it). The rolling job's own wall is reported apart, not counted.
+After it, DD_READINGS_MIN healthy jobs on every node let each node's sentinel learn its dd
+level (fio sentinels with a dd reading beside, as a site's first fast paths after a node's
+readings age out); their prolog walls are reported apart ("learning_prolog_walls_s").
 A "+history" mode first stores every node's full-probe baseline of two hours ago (as a
 site's sweeps leave it): no verdict is fresh, so every prolog probes, but the triage has
 history to compare with besides the peers.
@@ -46,6 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from deploy.minicluster import ClusterHandle
 from screener import __version__
+from screener.hooks.fast_sentinel import DD_READINGS_MIN
 from screener.hostlist import fold_nodes
 from tests.hooked_cluster import (
     PACE,
@@ -123,6 +127,19 @@ def script(out: Path) -> Path:
     return path
 
 
+def learning(cluster: ClusterHandle, out: Path, log: Path) -> list[float]:
+    """DD_READINGS_MIN healthy jobs over every node (the nodes learn their dd level); each
+    one's prolog wall."""
+    walls: list[float] = []
+    for _ in range(DD_READINGS_MIN):
+        n = str(len(cluster.nodes))
+        job_id = sbatch(cluster, "-N", n, "--comment", "screener=on", str(script(out)))
+        wait_job(cluster, job_id, timeout=300)
+        text = log.read_text() if log.exists() else ""
+        walls += [float(w) for j, w in WALL_RE.findall(text) if j == job_id]
+    return walls
+
+
 def rolling(cluster: ClusterHandle, cfg: Path, out: Path) -> float:
     """One rolling sweep over every idle node (all healthy); its wall (submit -> end)."""
     t0 = time.monotonic()
@@ -176,6 +193,7 @@ def case(
         if "history" in plus:
             seen_by_the_sweep(cluster, cfg, db)  # +history: as a site's sweeps leave it
         rolled = rolling(cluster, cfg, out) if "rolling" in plus else None
+        learned = learning(cluster, out, log) if "rolling" in plus else None
         if slow:
             cluster.inject(cluster.nodes[0], "slow_read", SLOW)
         t0 = time.time()
@@ -200,6 +218,7 @@ def case(
         "ran_on": sorted((out / f"hosts-{job_id}").read_text().split()),
         "escalated": "after the triage, beside" in text,
         "rolling_wall_s": rolled,
+        "learning_prolog_walls_s": learned,
         "hookd": hookd is not None and "hookd not used" not in text,
         "log": text.splitlines(),
     }

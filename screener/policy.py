@@ -156,7 +156,7 @@ class PrologPolicy:
     sentinel_drop: float = 0.5
     # What reads: "dd" (no fio start cost: ~0.1 s per round instead of ~0.5 s here), judged
     # against the node's own dd readings, which a fio sentinel that read as usual records
-    # (until a node has 3, its sentinel is fio's); "fio": always fio (issue 22).
+    # (until a node has 2, its sentinel is fio's); "fio": always fio (issue 22).
     sentinel_reader: str = "dd"
     # Triage (issue 22): nodes to probe first get a short probe of the read jobs (this
     # ramp + runtime each; the write too with triage_write); only the nodes it leaves

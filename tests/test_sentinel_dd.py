@@ -7,13 +7,14 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import subprocess
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
 from screener.errors import ConfigError, ProbeError
-from screener.hooks.fast_sentinel import DD_READINGS_MIN, run_sentinels
+from screener.hooks.fast_sentinel import DD_PLAUSIBLE, DD_READINGS_MIN, run_sentinels
 from screener.policy import Policy, ProbePolicy, PrologPolicy
 from screener.probe.fio import fio_argv, layout_argv
 from screener.probe.sentinel import (
@@ -22,6 +23,7 @@ from screener.probe.sentinel import (
     dd_sentinel_argv,
     parse_dd,
 )
+from screener.process import CommandResult
 from screener.store import Store
 from screener.store.slurm_records import SlurmRecords
 from screener.transport.local import LocalTransport
@@ -154,3 +156,37 @@ def test_real_dd_sentinel_learns_then_judges_a_node_by_its_own_readings(tmp_path
         run_sentinels(t, ["localhost"], {"localhost": [1.0]}, off, {"localhost": [1.0] * 5})
     )
     assert r.reason.startswith("sentinel failed") and r.dd_reading is None  # fio only
+
+
+class _Replay:
+    """A transport replaying captured outputs: fio's (tests/data/probe/fio, seq read
+    ~8 GB/s) and a dd report of ``dd_bw`` in real dd's format. The readings a node learns
+    depend on figures no device here can be made to produce on demand (a dd read faster
+    than fio's queue on the same device: the emulated throttle's escapes)."""
+
+    def __init__(self, dd_bw: float) -> None:
+        self.dd_bw = dd_bw
+        self.fio = (Path(__file__).parent / "data/probe/fio/fio-3.33_loop_ok.json").read_text()
+
+    async def run(self, host: str, argv: Sequence[str], *, timeout: float) -> CommandResult:
+        if argv[0] == "env":  # dd_sentinel_argv
+            report = f"{int(self.dd_bw)} bytes (x) copied, 1 s, 0 MB/s\n"
+            return CommandResult(host, tuple(argv), 0, "", report, 1.0)
+        return CommandResult(host, tuple(argv), 0, self.fio, "", 1.0)
+
+    async def close(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize(("dd_gb_s", "kept"), [(4.0, True), (16.0, True), (17.0, False)])
+def test_a_reading_is_kept_only_when_plausible_beside_fios(dd_gb_s: float, kept: bool) -> None:
+    """Learning: a dd reading over DD_PLAUSIBLE x the fio sentinel's own figure (8.3 GB/s
+    in the captured run) is not a device's rate and is not kept; the sentinel still passes."""
+    pol = dataclasses.replace(Policy(), prolog=PrologPolicy(sentinel_s=0.1))
+    fio_bw = 8.3e9
+    (r,) = asyncio.run(
+        run_sentinels(_Replay(dd_gb_s * 1e9), ["node01"], {"node01": [fio_bw]}, pol, {})
+    )
+    assert r.passed and r.read_bw is not None
+    assert dd_gb_s * 1e9 / r.read_bw < DD_PLAUSIBLE if kept else dd_gb_s * 1e9 / r.read_bw > 2
+    assert (r.dd_reading == dd_gb_s * 1e9) if kept else r.dd_reading is None

@@ -35,10 +35,13 @@ CLOSE_FACTOR = 0.25
 
 # The dd reader (issue 22) is trusted once a node has this many dd readings of its own;
 # until then its sentinel is fio's, and a fio sentinel reading at least DD_BASE_RATIO x its
-# usual adds a dd reading beside it (taken right after, on the same connection).
-DD_READINGS_MIN = 3
+# usual adds a dd reading taken just before it, unless that reading is over DD_PLAUSIBLE x
+# what fio read (one 1 MiB read at a time cannot outrun fio's queue on the same device:
+# the emulated throttle let one learning read in three through whole, 2-3 GB/s at 300).
+DD_READINGS_MIN = 2
 DD_READINGS_KEEP = 5
 DD_BASE_RATIO = 0.8
+DD_PLAUSIBLE = 2.0
 
 
 async def run_sentinels(
@@ -91,7 +94,8 @@ async def run_sentinels(
         except (TransportError, ProbeError) as exc:
             bw, error = None, str(exc)
         result = judge_sentinel(node, bw, error, mine, pp.sentinel_drop)
-        if reading and result.passed and (result.ratio or 0.0) >= DD_BASE_RATIO:
+        usual_now = result.passed and (result.ratio or 0.0) >= DD_BASE_RATIO
+        if reading and usual_now and bw and reading <= DD_PLAUSIBLE * bw:
             result = dataclasses.replace(result, dd_reading=reading)
         return result
 

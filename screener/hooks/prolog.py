@@ -310,7 +310,7 @@ def _screen_job(
             _spawn_release(job.job_id, log)
         log(f"job {job.job_id}: exit {EXIT_REQUEUE} so Slurm requeues it onto healthy nodes")
         return EXIT_REQUEUE
-    log(f"job {job.job_id}: may start ({time.monotonic() - t0:.1f}s)")
+    log(f"job {job.job_id}: may start ({time.monotonic() - t0:.2f}s)")
     return code
 
 
