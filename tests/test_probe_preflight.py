@@ -61,7 +61,6 @@ def test_bad_arguments_are_config_errors(target: str, fio: str, message: str) ->
 def test_ready_node() -> None:
     result = parse_preflight(text("loop_ok.txt"), 0, "node01", policy())
     assert result == Preflight(
-        fio_version="fio-3.33",
         iostat=True,
         free_mib=862408 // 1024,
         direct_io=True,
@@ -144,7 +143,7 @@ def test_df_line_with_spaces_in_the_filesystem_name() -> None:
 def test_script_on_this_machine(tmp_path: Path) -> None:
     done = subprocess.run(preflight_argv(str(tmp_path)), capture_output=True, text=True, timeout=60)
     result = parse_preflight(done.stdout, done.returncode, "local", policy(str(tmp_path), 1, 1))
-    assert result.fio_version.startswith("fio-")
+    assert "fio_version" not in done.stdout  # fio's JSON names it; --version costs a start
     assert result.iostat is (shutil.which("iostat") is not None)
     free = shutil.disk_usage(tmp_path).free // 2**20
     assert abs(result.free_mib - free) <= max(256, free // 50)  # others write meanwhile
