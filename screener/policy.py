@@ -36,6 +36,10 @@ class ProbePolicy:
     seq_bs: str = "1M"
     rand_bs: str = "4k"
     rand_read: bool = True  # run the 4 KiB random-read job too
+    # The random read's own warm-up (-1 = ramp_s). It runs after the sequential read has
+    # drained (stonewall), and a 4 KiB queue fills in microseconds ([prolog]
+    # triage_rand_ramp_s sets it for the triage).
+    rand_ramp_s: float = -1.0
     # Run the sequential write job (first). Off = a read-only probe: the write rules and the
     # write/read ratio have nothing to judge (the prolog's triage, [prolog] triage_write).
     seq_write: bool = True
@@ -167,6 +171,9 @@ class PrologPolicy:
     triage: bool = True
     triage_runtime_s: float = 0.5
     triage_ramp_s: float = 0.25
+    # The triage's random read warm-up: 0 since 2026-11-27 (issue 22; the sequential read
+    # before it is the device's warm-up): 0.25 s less per triage round.
+    triage_rand_ramp_s: float = 0.0
     # The triage's sequential block size ("" = probe.seq_bs). 256k x QD32 keeps 8 MiB in
     # flight, which a slow reader drains 4x sooner than 1M (4 s less per slow-node prolog
     # here), but it missed close pairs on the emulated fleet: docs/performance.md.
@@ -365,6 +372,7 @@ _BOUNDS: dict[str, tuple[float, float, bool]] = {
     "probe.size_mib": (1, _MAX_SIZE_MIB, False),
     "probe.runtime_s": (0.001, _MAX_SECONDS, False),
     "probe.ramp_s": (0, _MAX_SECONDS, False),
+    "probe.rand_ramp_s": (-1, _MAX_SECONDS, False),
     "probe.iodepth": (1, 1024, False),
     "probe.seq_iodepth": (0, 1024, False),
     "probe.min_free_mib": (0, _MAX_SIZE_MIB, False),
@@ -409,6 +417,7 @@ _BOUNDS: dict[str, tuple[float, float, bool]] = {
     "prolog.sentinel_drop": (0, 1, True),
     "prolog.triage_runtime_s": (0.1, 60, False),
     "prolog.triage_ramp_s": (0, 60, False),
+    "prolog.triage_rand_ramp_s": (0, 60, False),
     "prolog.seq_iodepth": (0, 1024, False),
     "prolog.iostat_interval_s": (1, 3600, False),
     "prolog.iostat_max_s": (1, _YEAR, False),

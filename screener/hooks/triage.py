@@ -31,6 +31,7 @@ def triage_policy(policy: Policy) -> Policy:
     probe = replace(
         policy.probe,
         ramp_s=pp.triage_ramp_s,
+        rand_ramp_s=pp.triage_rand_ramp_s,
         runtime_s=pp.triage_runtime_s,
         seq_bs=pp.triage_seq_bs or policy.probe.seq_bs,
         seq_iodepth=short_read_depth(policy),

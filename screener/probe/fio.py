@@ -60,6 +60,8 @@ def recipe_fingerprint(policy: ProbePolicy) -> str:
         recipe["seq_write"] = False
     if seq_iodepth(policy) != policy.iodepth:  # likewise: recipes without it keep their name
         recipe["seq_iodepth"] = seq_iodepth(policy)
+    if rand_ramp_s(policy) != policy.ramp_s:  # likewise
+        recipe["rand_ramp_s"] = float(rand_ramp_s(policy))
     text = json.dumps(recipe, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -196,8 +198,15 @@ def _seq_read(policy: ProbePolicy) -> list[str]:
     return ["--rw=read", f"--bs={policy.seq_bs}", *_seq_depth(policy)]
 
 
+def rand_ramp_s(policy: ProbePolicy) -> float:
+    """The random read's warm-up: ``rand_ramp_s``, else the probe's ``ramp_s``."""
+    return policy.rand_ramp_s if policy.rand_ramp_s >= 0 else policy.ramp_s
+
+
 def _rand_read(policy: ProbePolicy) -> list[str]:
-    return ["--rw=randread", f"--bs={policy.rand_bs}"]
+    ramp = rand_ramp_s(policy)
+    own = [] if ramp == policy.ramp_s else [f"--ramp_time={_ms(ramp)}"]  # the job's own
+    return ["--rw=randread", f"--bs={policy.rand_bs}", *own]
 
 
 _JOB_OPTIONS = {"seq_write": _seq_write, "seq_read": _seq_read, "rand_read": _rand_read}
@@ -211,7 +220,8 @@ def probe_duration_s(policy: ProbePolicy, jobs: Sequence[str] = JOBS) -> float:
     on the loop-backed test VM where the fsync lands on the VM disk) and the drain of
     in-flight I/O at the end, so give timeouts generous slack.
     """
-    return len(_check_jobs(jobs)) * (policy.ramp_s + policy.runtime_s)
+    ramps = [rand_ramp_s(policy) if j == "rand_read" else policy.ramp_s for j in _check_jobs(jobs)]
+    return sum(ramps) + len(ramps) * policy.runtime_s
 
 
 def _strerror(code: int) -> str:
