@@ -379,6 +379,7 @@ def main() -> int:
             if args.prolog
             else None
         ),
+        "triage_rand_ramp_s": PrologPolicy().triage_rand_ramp_s if args.prolog else None,
         "repeat": args.repeat,
         "history_store": "shared, in scenario order" if args.shared_history else "per scenario",
         "healthy_median_mb_s": {"read": round(median / 1e6), "write": round(wmedian / 1e6)},

@@ -15,6 +15,8 @@ from screener.hooks.triage import short_read_depth
 from screener.policy import Policy
 from screener.probe.fio import parse_fio
 from screener.probe.sentinel import (
+    DD_GRACE_S,
+    DD_SPAN,
     SENTINEL_JOB,
     SentinelResult,
     dd_sentinel_argv,
@@ -59,7 +61,8 @@ async def run_sentinels(
     probe = dataclasses.replace(policy.probe, seq_iodepth=short_read_depth(policy))
     argv = sentinel_argv(probe, pp.sentinel_s)
     timeout = min(policy.transport.command_timeout_s, pp.sentinel_s + SENTINEL_SLACK_S)
-    dd_timeout = min(policy.transport.command_timeout_s, 2.5 * pp.sentinel_s + SENTINEL_SLACK_S)
+    dd_bound = 2.5 * DD_SPAN * pp.sentinel_s + DD_GRACE_S  # timeout's own, in dd_sentinel_argv
+    dd_timeout = min(policy.transport.command_timeout_s, dd_bound + SENTINEL_SLACK_S)
     dd_on = pp.sentinel_reader == "dd"
     dd_known = {n: list(v) for n, v in (dd_usual or {}).items() if len(v) >= DD_READINGS_MIN}
 
