@@ -171,9 +171,10 @@ class PrologPolicy:
     triage: bool = True
     triage_runtime_s: float = 0.5
     triage_ramp_s: float = 0.25
-    # The triage's random read warm-up: 0 since 2026-11-27 (issue 22; the sequential read
-    # before it is the device's warm-up): 0.25 s less per triage round.
-    triage_rand_ramp_s: float = 0.0
+    # The triage's random read warm-up (-1 = triage_ramp_s). 0 saves 0.25 s per triage
+    # round, but the first queue of 32 reads then counts, and on the emulated cluster it
+    # waited ~60 ms on healthy nodes: 'stalls', re-probes, escalations (docs/performance.md).
+    triage_rand_ramp_s: float = -1.0
     # The triage's sequential block size ("" = probe.seq_bs). 256k x QD32 keeps 8 MiB in
     # flight, which a slow reader drains 4x sooner than 1M (4 s less per slow-node prolog
     # here), but it missed close pairs on the emulated fleet: docs/performance.md.
@@ -417,7 +418,7 @@ _BOUNDS: dict[str, tuple[float, float, bool]] = {
     "prolog.sentinel_drop": (0, 1, True),
     "prolog.triage_runtime_s": (0.1, 60, False),
     "prolog.triage_ramp_s": (0, 60, False),
-    "prolog.triage_rand_ramp_s": (0, 60, False),
+    "prolog.triage_rand_ramp_s": (-1, 60, False),
     "prolog.seq_iodepth": (0, 1024, False),
     "prolog.iostat_interval_s": (1, 3600, False),
     "prolog.iostat_max_s": (1, _YEAR, False),

@@ -34,13 +34,11 @@ def test_triage_policy_is_short_and_its_own_recipe() -> None:
     assert recipe_fingerprint(triage_policy(quarter).probe) != recipe_fingerprint(short.probe)
     jobs = policy_jobs(short.probe)
     assert jobs == ("seq_read", "rand_read")  # reads only: the write is the full probe's
-    # 0.25 s + 0.5 s of seq read, 0.5 s of random read (no warm-up of its own: the seq
-    # read before it warmed the device), not 3 x 4 s
-    assert probe_duration_s(short.probe, jobs) == 1.25
-    assert short.probe.rand_ramp_s == 0.0 and ON.probe.rand_ramp_s == -1  # full: ramp_s
-    warm = triage_policy(replace(ON, prolog=replace(ON.prolog, triage_rand_ramp_s=0.25)))
-    assert probe_duration_s(warm.probe, jobs) == 1.5
-    assert recipe_fingerprint(warm.probe) != recipe_fingerprint(short.probe)  # own history
+    assert probe_duration_s(short.probe, jobs) == 1.5  # 2 fio jobs x 0.75 s, not 3 x 4 s
+    assert short.probe.rand_ramp_s == ON.probe.rand_ramp_s == -1  # = the ramp: one recipe
+    cold = triage_policy(replace(ON, prolog=replace(ON.prolog, triage_rand_ramp_s=0.0)))
+    assert probe_duration_s(cold.probe, jobs) == 1.25  # the random read unwarmed
+    assert recipe_fingerprint(cold.probe) != recipe_fingerprint(short.probe)  # own history
     assert recipe_fingerprint(short.probe) != recipe_fingerprint(ON.probe)  # own history
     assert replace(short, probe=ON.probe) == ON  # nothing else changes
     seq_only = triage_policy(replace(ON, prolog=replace(ON.prolog, triage_rand_read=False)))
@@ -172,12 +170,12 @@ def test_the_doubtful_stay_under_a_third_of_the_full_probe() -> None:
 
 def test_held_nodes_are_triaged_when_the_budget_cannot_hold_their_full_probe() -> None:
     """A node not OK lately would wait for the full probe after the triage; when the budget
-    left cannot hold both (triage 2 x 1.25 s x 1.5, full 36 s), it gets the triage rather
+    left cannot hold both (triage 2 x 1.5 s x 1.5, full 36 s), it gets the triage rather
     than joining the job unprobed."""
     statuses = {"node03": "DEGRADED"}
-    tri, held, _ = plan(NODES, 8, statuses, set(), ON, left_s=39.75)
+    tri, held, _ = plan(NODES, 8, statuses, set(), ON, left_s=40.5)
     assert "node03" in held and "node03" not in tri
-    tri, held, why = plan(NODES, 8, statuses, set(), ON, left_s=39.7)
+    tri, held, why = plan(NODES, 8, statuses, set(), ON, left_s=40.45)
     assert tri == NODES and held == [] and "no budget for a full probe" in why
     assert plan(NODES, 8, {}, set(), ON, left_s=1.0) == (NODES, [], "")  # nobody held back
 
