@@ -8,10 +8,13 @@ import asyncio
 import dataclasses
 import statistics
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
-from screener.errors import ProbeError, TransportError
+from screener.errors import ProbeError, ScreenerError, TransportError
 from screener.hooks.hooklog import HookLog
 from screener.hooks.triage import short_read_depth
+from screener.hostlist import fold_nodes
 from screener.policy import Policy
 from screener.probe.fio import parse_fio
 from screener.probe.sentinel import (
@@ -19,6 +22,7 @@ from screener.probe.sentinel import (
     DD_SPAN,
     SENTINEL_JOB,
     SentinelResult,
+    dd_recipe,
     dd_sentinel_argv,
     judge_sentinel,
     parse_dd,
@@ -26,6 +30,9 @@ from screener.probe.sentinel import (
 )
 from screener.slurm.client import SlurmJob
 from screener.transport.base import Transport, check
+
+if TYPE_CHECKING:
+    from screener.store.slurm_records import SlurmRecords
 
 # Seconds allowed beyond the sentinel's own runtime (connect, fio start, in-flight drain):
 # a node that takes longer is not "as fast as last time", so it gets the full probe.
@@ -109,6 +116,36 @@ async def run_sentinels(
     close = [r.node for r in first if _close_call(r, pp.sentinel_drop)]
     again = {r.node: r for r in await asyncio.gather(*(one(n) for n in close))}
     return [_second(r, again[r.node]) if r.node in again else r for r in first]
+
+
+def own_dd_readings(
+    policy: Policy, records: SlurmRecords, fresh: list[str]
+) -> dict[str, list[float]]:
+    """Each fresh node's own dd sentinel readings (same file, block size and bound, within
+    the history age window), when the sentinel reads with dd."""
+    from screener.pipeline import history_window  # the prolog imports it anyway
+
+    pp = policy.prolog
+    if pp.sentinel_reader != "dd":
+        return {}
+    _, since = history_window(policy, datetime.now(UTC))
+    recipe = dd_recipe(policy.probe, pp.sentinel_s)
+    return records.sentinel_readings(fresh, recipe, since, DD_READINGS_KEEP)
+
+
+def record_dd(
+    policy: Policy, records: SlurmRecords | None, results: list[SentinelResult], log: HookLog
+) -> None:
+    """Store the dd readings taken beside fio sentinels that read as usual; a store that
+    fails here costs only the readings (the next fast path takes them again)."""
+    readings = {r.node: r.dd_reading for r in results if r.passed and r.dd_reading}
+    if not readings or records is None:
+        return
+    try:
+        recipe = dd_recipe(policy.probe, policy.prolog.sentinel_s)
+        records.record_sentinel_readings(readings, recipe, datetime.now(UTC))
+    except ScreenerError as exc:
+        log(f"dd sentinel readings of {fold_nodes(list(readings))} not recorded: {exc}")
 
 
 async def _quiet(reading: Awaitable[float]) -> float | None:

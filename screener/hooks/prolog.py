@@ -177,7 +177,7 @@ def _screen_job(
 ) -> int:
     from screener import app
     from screener.hooks import later
-    from screener.hooks.fast_sentinel import sentinels_beside
+    from screener.hooks.fast_sentinel import own_dd_readings, record_dd, sentinels_beside
     from screener.hooks.start_iostat import start_job_iostat
     from screener.hooks.triage import escalation, plan, triage_policy, with_references
     from screener.probe.fio import recipe_fingerprint
@@ -213,7 +213,7 @@ def _screen_job(
         skip, probe = _with_references(policy, job, freshest, probe, log)
     if skip and records is not None and pp.sentinel:
         if probe:  # the others are probed anyway: the sentinels read beside (issue 22)
-            usual, dd_usual = _usual(policy, records, skip), _dd_usual(policy, records, skip)
+            usual, dd_usual = _usual(policy, records, skip), own_dd_readings(policy, records, skip)
             beside = sentinels_beside(policy, skip, usual, sent, dd_usual)
         else:
             inline = not later.can_defer()  # in-job iostat on the sentinels' connections
@@ -282,7 +282,7 @@ def _screen_job(
         """Log and record the sentinels that read beside the screen: the passed ones took
         the fast path; the failed ones were screened after it (or, no budget, said so)."""
         passed, _, said = _sentinel_outcome(sent, log)
-        _record_dd(policy, records, sent, log)
+        record_dd(policy, records, sent, log)
         if passed:
             _fast_path(policy, job, records, {n: last[n] for n in passed}, said, log, True)
 
@@ -352,14 +352,14 @@ def _sentinels(
     reads like them stay on the fast path (their note says what it read); the others are
     to be probed (issue 28). All passed and ``iostat_now``: in-job iostat starts on the
     sentinel's connections."""
-    from screener.hooks.fast_sentinel import sentinel_then_iostat
+    from screener.hooks.fast_sentinel import own_dd_readings, record_dd, sentinel_then_iostat
 
-    usual, dd_usual = _usual(policy, records, fresh), _dd_usual(policy, records, fresh)
+    usual, dd_usual = _usual(policy, records, fresh), own_dd_readings(policy, records, fresh)
     results = asyncio.run(
         sentinel_then_iostat(policy, job, fresh, usual, log, iostat_now, dd_usual)
     )
     skip, failed, notes = _sentinel_outcome(results, log)
-    _record_dd(policy, records, results, log)
+    record_dd(policy, records, results, log)
     return skip, failed, notes, results
 
 
@@ -424,38 +424,6 @@ def _usual(policy: Policy, records: SlurmRecords, fresh: list[str]) -> dict[str,
         short = own_history(records.store, fresh, triage_policy(policy), now)
         usual = {n: usual.get(n) or short.get(n, []) for n in fresh}
     return usual
-
-
-def _dd_usual(policy: Policy, records: SlurmRecords, fresh: list[str]) -> dict[str, list[float]]:
-    """Each fresh node's own dd sentinel readings (same file, block size and bound, within
-    the history age window), when the sentinel reads with dd."""
-    from screener.hooks.fast_sentinel import DD_READINGS_KEEP
-    from screener.pipeline import history_window
-    from screener.probe.sentinel import dd_recipe
-
-    pp = policy.prolog
-    if pp.sentinel_reader != "dd":
-        return {}
-    _, since = history_window(policy, datetime.now(UTC))
-    recipe = dd_recipe(policy.probe, pp.sentinel_s)
-    return records.sentinel_readings(fresh, recipe, since, DD_READINGS_KEEP)
-
-
-def _record_dd(
-    policy: Policy, records: SlurmRecords | None, results: list[SentinelResult], log: HookLog
-) -> None:
-    """Store the dd readings taken beside fio sentinels that read as usual; a store that
-    fails here costs only the readings (the next fast path takes them again)."""
-    from screener.probe.sentinel import dd_recipe
-
-    readings = {r.node: r.dd_reading for r in results if r.passed and r.dd_reading}
-    if not readings or records is None:
-        return
-    try:
-        recipe = dd_recipe(policy.probe, policy.prolog.sentinel_s)
-        records.record_sentinel_readings(readings, recipe, datetime.now(UTC))
-    except ScreenerError as exc:
-        log(f"dd sentinel readings of {fold_nodes(list(readings))} not recorded: {exc}")
 
 
 def _fast_path(
