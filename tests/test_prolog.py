@@ -274,19 +274,25 @@ def test_triage_drains_a_clear_slow_reader_on_the_short_probe(site: dict[str, An
     policy = load_policy(site["config"])
     short = recipe_fingerprint(triage_policy(policy).probe)
     runs = _prolog_runs(site["db"], job_id)
-    assert runs and all(recipes == {short} for _, recipes, _ in runs), (runs, log)  # no full one
-    assert all(mode == PROLOG_PROBES["triage"] for _, _, mode in runs), runs
-    assert slow in runs[0][0] and "triage skipped" not in log and "full probe of" not in log, log
-    assert set(cluster.nodes[4:5]) <= runs[-1][0], runs  # the replacement, triaged
-    # the triage reads only: no write figure is stored for any of its nodes
-    assert all(w is None for w in _write_figures(site["db"], job_id)), log
+    triage = PROLOG_PROBES["triage"]
+    # the slow node is judged on the triage alone, never the full probe (a healthy node that
+    # a loaded host leaves ambiguous may still get one after its triage: CI, 2026-11-27)
+    with_slow = [r for r in runs if slow in r[0]]
+    assert with_slow and all(recipes == {short} for _, recipes, _ in with_slow), (runs, log)
+    assert slow in runs[0][0] and runs[0][2] == triage and "triage skipped" not in log, log
+    replacement = set(cluster.nodes[4:5])
+    assert any(replacement <= n and m == triage for n, _, m in runs), runs  # triaged too
+    # the triage reads only: no write figure is stored with any triage verdict
+    assert all(w is None for w in _write_figures(site["db"], job_id, short)), log
 
 
-def _write_figures(db: str, job_id: str) -> list[float | None]:
-    """The write figure of every judged verdict of the job's prolog runs."""
+def _write_figures(db: str, job_id: str, recipe: str | None = None) -> list[float | None]:
+    """The write figure of every judged verdict of the job's prolog runs (of ``recipe``)."""
     with open_store(db) as store:
         runs = [r.id for r in store.latest_runs(50) if r.job_id == job_id]
-        judged = [v for r in runs for v in store.run_verdicts(r) if v.read_mb_s is not None]
+        verdicts = [v for r in runs for v in store.run_verdicts(r)]
+        verdicts = [v for v in verdicts if recipe is None or v.recipe == recipe]
+        judged = [v for v in verdicts if v.read_mb_s is not None]
     assert judged
     return [v.write_mb_s for v in judged]
 
