@@ -79,14 +79,17 @@ async def run_sentinels(
         )
         return parse_dd(res.exit_status, res.stderr, node)
 
+    async def fio(node: str) -> float:
+        res = check(await transport.run(node, argv, timeout=timeout))
+        job = parse_fio(res.stdout, node).job(SENTINEL_JOB)
+        if job is None:
+            raise ProbeError(node, f"fio output has no {SENTINEL_JOB} job")
+        return job.bw_bytes
+
     async def one(node: str) -> SentinelResult:
         mine = usual.get(node, ())
         if dd_on and node in dd_known:  # as much as its usual fio rate reads (a stable count)
-            expect = statistics.median(mine or dd_known[node])
-            try:
-                bw, error = await dd(node, expect), None
-            except (TransportError, ProbeError) as exc:
-                bw, error = None, str(exc)
+            bw, error = await _figure(dd(node, statistics.median(mine or dd_known[node])))
             # its lowest reading: each was taken while fio read the node as usual, and a dd
             # reading can only come out too high (the emulated throttle let one learning read
             # in three through whole: 2-3 GB/s on a 300 MB/s pace)
@@ -94,15 +97,9 @@ async def run_sentinels(
             return judge_sentinel(node, bw, error, lowest, pp.sentinel_drop, "dd")
         # Learning a node's dd level: dd reads first, as it will in later prologs (the
         # first read after idle), then fio judges whether the node reads as usual now.
-        reading = await _quiet(dd(node, statistics.median(mine))) if dd_on and mine else None
-        try:
-            res = check(await transport.run(node, argv, timeout=timeout))
-            job = parse_fio(res.stdout, node).job(SENTINEL_JOB)
-            if job is None:
-                raise ProbeError(node, f"fio output has no {SENTINEL_JOB} job")
-            bw, error = job.bw_bytes, None
-        except (TransportError, ProbeError) as exc:
-            bw, error = None, str(exc)
+        learn = dd_on and bool(mine)  # a missing reading costs nothing but time
+        reading = (await _figure(dd(node, statistics.median(mine))))[0] if learn else None
+        bw, error = await _figure(fio(node))
         result = judge_sentinel(node, bw, error, mine, pp.sentinel_drop)
         usual_now = result.passed and (result.ratio or 0.0) >= DD_BASE_RATIO
         if reading and usual_now and bw and reading <= DD_PLAUSIBLE * bw:
@@ -148,12 +145,12 @@ def record_dd(
         log(f"dd sentinel readings of {fold_nodes(list(readings))} not recorded: {exc}")
 
 
-async def _quiet(reading: Awaitable[float]) -> float | None:
-    """A dd reading, or None when it failed (a missing reading costs nothing but time)."""
+async def _figure(reading: Awaitable[float]) -> tuple[float | None, str | None]:
+    """(bytes/s, None), or (None, why) when the read could not run or be parsed."""
     try:
-        return await reading
-    except (TransportError, ProbeError):
-        return None
+        return await reading, None
+    except (TransportError, ProbeError) as exc:
+        return None, str(exc)
 
 
 def _close_call(r: SentinelResult, drop: float) -> bool:

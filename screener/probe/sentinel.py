@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from screener.errors import ProbeError
 from screener.policy import ProbePolicy
-from screener.probe.fio import _fio_escape, _ms, fio_argv, probe_file, seq_iodepth
+from screener.probe.fio import _check_policy, _fio_escape, _ms, fio_argv, probe_file, seq_iodepth
 
 SENTINEL_JOB = "seq_read"  # parse_fio's job name: the figure is a seq read like the probe's
 
@@ -144,7 +144,7 @@ def dd_sentinel_argv(policy: ProbePolicy, runtime_s: float, expect_bw: float) ->
     No shell: ``env`` and ``timeout`` exec the next word. The path is the policy's checked
     target (fio_argv's checks); dd takes everything after ``if=`` as the name.
     """
-    fio_argv(policy, (SENTINEL_JOB,), "fio")  # the same policy checks as the probe's
+    _check_policy(policy)  # the probe's own checks of the target, sizes and block sizes
     bs = block_bytes(policy.seq_bs)
     region = policy.size_mib * 1024 * 1024
     span = DD_SPAN * runtime_s
