@@ -109,6 +109,7 @@ class ScreenResult:
     reprobed: tuple[str, ...] = field(default_factory=tuple)
     round_longest_s: tuple[float, ...] = ()  # per round, the longest single-node probe
     store_error: str | None = None  # set when the run could not be (fully) stored
+    notes: tuple[str, ...] = ()  # what the nodes reported beside figures (planted names)
 
     @property
     def longest_probe_s(self) -> float:
@@ -203,6 +204,7 @@ async def probe_node(
             raw_fio=fio_res.stdout,
             raw_iostat=raw_iostat,
             recipe=recipe_fingerprint(pp),
+            notes=pre.notes,
         )
     except TransportError as exc:
         kind, message = exc.kind, str(exc)
@@ -461,6 +463,7 @@ async def screen(
     try:
         got = await prober.probe(nodes, 1, stop_at)
         first = [got[n].last for n in nodes]
+        notes = [n for p in first for n in p.notes]
         deep = {n: r for n, r in got.items() if r.steady is not None}
         rec.rounds(got, 1)
         summary = evaluate(first, history, policy.verdict, fleet)
@@ -482,6 +485,7 @@ async def screen(
             got2 = await prober.probe(wanted, 2, stop_at, jobs)
             rec.rounds(got2, 1 + max(len(r.probes) for r in got.values()))
             second = [got2[n].last for n in wanted]
+            notes.extend(n for p in second for n in p.notes if n not in notes)
             longest.append(_longest(got2))
             final.update({p.node: p for p in second if p.node in again})
             deep.update({n: got2[n] for n in again if got2[n].steady is not None})
@@ -510,6 +514,7 @@ async def screen(
         reprobed=tuple(again),
         round_longest_s=tuple(longest),
         store_error=str(rec.error) if rec.error else None,
+        notes=tuple(notes),
     )
 
 

@@ -166,6 +166,7 @@ class NodeProbe:
     raw_fio: str = ""  # the fio JSON as received, kept for the store
     raw_iostat: str = ""
     recipe: str | None = None  # fingerprint of the probe recipe (history compares like with like)
+    notes: tuple[str, ...] = ()  # one line each: planted names moved aside (not stored)
 
     @property
     def usable(self) -> bool:

@@ -440,7 +440,7 @@ def test_in_job_iostat_starts_after_the_exit_and_a_short_job_leaves_nothing(
             epilog = [x for x in text.splitlines() if f"screener epilog: job {job_id}:" in x]
             assert any("iostat ran on" in x or "stored as run" in x for x in epilog), text
             assert not any("not started" in x for x in epilog), text
-            left = sorted(Path("/tmp").glob(f"screener-iostat-{job_id}-*"))
+            left = sorted(Path("/tmp/.screener").glob(f"iostat-{job_id}-*"))
             assert left == [], (left, epilog)
         assert "fast path: " in text, text  # the second job's nodes were fresh
 

@@ -114,9 +114,10 @@ def test_planted_symlinks_in_tmp_are_not_written_through(
         os.symlink(victim, planted[1])
         os.symlink(victim, planted[2])
         started = _run(cluster, node, start_argv(job, node, 1, 60, []))
-        assert started.exit_status == 5 and "File exists" in started.stderr, started
+        # the old names are not screener's any more: planting them blocks nothing
+        assert started.exit_status == 0, started
         stop = _run(cluster, node, stop_argv(job, node))
-        assert stop.exit_status == 6 and stop.stdout == ""  # not ours: left alone
+        assert stop.exit_status in (0, NOT_BEGUN), stop
         assert victim.read_text() == "precious\n" and list(victim_dir.iterdir()) == []
         assert all(p.is_symlink() for p in planted)
     finally:

@@ -62,13 +62,14 @@ def options_of(argv: list[str], job: str) -> list[str]:
 def test_argv_runs_three_jobs_in_order_separated_by_stonewall() -> None:
     policy = ProbePolicy(target="/scratch", size_mib=1024, iodepth=32, ramp_s=1, runtime_s=3)
     argv = fio_argv(policy)
-    assert argv[0] == "fio"
+    assert argv[:5] == ["sh", "-c", argv[2], "screener-probe", "/scratch/.screener"]
+    assert argv[5] == "fio"  # exec'd in the private directory it claimed
     names = [a.removeprefix("--name=") for a in argv if a.startswith("--name=")]
     assert names == list(JOBS)
     assert "--stonewall" not in options_of(argv, "seq_write")
     assert "--stonewall" in options_of(argv, "seq_read")
     assert "--stonewall" in options_of(argv, "rand_read")
-    globals_ = argv[1 : argv.index("--name=seq_write")]
+    globals_ = argv[6 : argv.index("--name=seq_write")]
     for opt in (
         "--output-format=json+",
         "--direct=1",
@@ -77,7 +78,7 @@ def test_argv_runs_three_jobs_in_order_separated_by_stonewall() -> None:
         "--time_based",
         "--ramp_time=1000ms",
         "--runtime=3000ms",
-        f"--filename=/scratch/{PROBE_FILE}",
+        f"--filename={PROBE_FILE}",  # relative: in the private directory
         f"--size={1024 * 1024 * 1024}",
     ):
         assert opt in globals_
@@ -96,10 +97,11 @@ def test_confirmation_reprobe_reads_only_and_keeps_the_file() -> None:
     assert options_of(argv, "seq_read")[0] == "--rw=read"  # first job: no stonewall
 
 
-def test_colon_in_target_is_escaped_for_fio_and_custom_fio_path_used() -> None:
+def test_no_part_of_the_target_reaches_fio_and_custom_fio_path_used() -> None:
     argv = fio_argv(ProbePolicy(target="/mnt/a:b/"), fio="/opt/fio/bin/fio")
-    assert argv[0] == "/opt/fio/bin/fio"
-    assert f"--filename=/mnt/a\\:b/{PROBE_FILE}" in argv
+    assert argv[4:6] == ["/mnt/a:b/.screener", "/opt/fio/bin/fio"]  # sh's $1, then fio
+    assert f"--filename={PROBE_FILE}" in argv
+    assert not any("a:b" in a for a in argv[5:])  # fio splits file names at ':'
 
 
 @pytest.mark.parametrize(
@@ -352,7 +354,9 @@ def test_real_fio_run_of_the_built_argv(tmp_path: Path) -> None:
     assert [j.name for j in run.jobs] == list(JOBS)
     assert all(j.total_ios > 0 and j.bw_bytes > 0 and j.error == 0 for j in run.jobs)
     # seq_write laid the region out in full before anything read it.
-    assert (tmp_path / PROBE_FILE).stat().st_size == 16 * 1024 * 1024
+    probe = tmp_path / ".screener" / PROBE_FILE
+    assert probe.stat().st_size == 16 * 1024 * 1024 and probe.stat().st_mode & 0o777 == 0o600
+    assert (tmp_path / ".screener").stat().st_mode & 0o777 == 0o700
     again = subprocess.run(
         fio_argv(policy, ["seq_read"]), capture_output=True, text=True, timeout=60
     )
@@ -386,12 +390,8 @@ def test_job_that_failed_without_any_io_is_a_probe_error() -> None:
 
 
 def test_cleanup_removes_only_the_probe_file() -> None:
-    assert cleanup_argv(ProbePolicy(target="/scratch/")) == [
-        "rm",
-        "-f",
-        "--",
-        f"/scratch/{PROBE_FILE}",
-    ]
+    argv = cleanup_argv(ProbePolicy(target="/scratch/"))
+    assert argv[4:] == ["/scratch/.screener", "rm", "-f", "--", PROBE_FILE]
 
 
 @pytest.mark.parametrize("count", [-77.0, float("inf"), float("nan")], ids=repr)

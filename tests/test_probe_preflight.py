@@ -37,7 +37,9 @@ def test_argv_passes_target_and_fio_as_positional_parameters() -> None:
         "screener-preflight",
         "/scratch;rm -rf /",
         "/opt/fio/bin/fio",
+        ".screener",
         PROBE_FILE,
+        ".screener-probe",
     ]
 
 
@@ -147,7 +149,10 @@ def test_script_on_this_machine(tmp_path: Path) -> None:
     assert result.iostat is (shutil.which("iostat") is not None)
     free = shutil.disk_usage(tmp_path).free // 2**20
     assert abs(result.free_mib - free) <= max(256, free // 50)  # others write meanwhile
-    assert list(tmp_path.iterdir()) == []  # the write test cleaned up after itself
+    # the write test cleaned up after itself, in the private directory it claimed
+    assert [p.name for p in tmp_path.iterdir()] == [".screener"]
+    assert list((tmp_path / ".screener").iterdir()) == []
+    assert (tmp_path / ".screener").stat().st_mode & 0o777 == 0o700
 
 
 def test_script_without_fio_on_this_machine(tmp_path: Path) -> None:
@@ -158,6 +163,7 @@ def test_script_without_fio_on_this_machine(tmp_path: Path) -> None:
 
 
 def test_script_sees_the_existing_probe_file(tmp_path: Path) -> None:
-    (tmp_path / PROBE_FILE).write_bytes(b"\1" * (3 * 2**20))
+    (tmp_path / ".screener").mkdir(mode=0o700)
+    (tmp_path / ".screener" / PROBE_FILE).write_bytes(b"\1" * (3 * 2**20))
     done = subprocess.run(preflight_argv(str(tmp_path)), capture_output=True, text=True)
     assert "probe_file_kib=3072" in done.stdout.splitlines()

@@ -184,7 +184,7 @@ def test_hung_sshd_and_dead_session_are_unknown_within_budget(
 
 def test_keep_file_false_removes_the_probe_file(cluster: ClusterHandle, tmp_path: Path) -> None:
     node = cluster.nodes[2]
-    probe = f"{cluster.scratch}/.screener-probe"
+    probe = f"{cluster.scratch}/.screener/probe"
 
     def on_node(*cmd: str) -> CommandResult:
         async def go() -> CommandResult:

@@ -22,8 +22,9 @@ MB = 1e6
 def test_argv_reads_the_kept_file_read_only_at_the_probes_queue_depth() -> None:
     pol = ProbePolicy(target="/scratch/a:b", size_mib=64, iodepth=32, seq_bs="1M")
     argv = sentinel_argv(pol, 0.25)
-    assert argv[0] == "fio" and "--readonly" in argv and "--direct=1" in argv
-    assert "--filename=/scratch/a\\:b/.screener-probe" in argv  # ':' escaped, as the probe
+    assert argv[4:6] == ["/scratch/a:b/.screener", "fio"]  # fio in the private directory
+    assert "--readonly" in argv and "--direct=1" in argv
+    assert "--filename=probe" in argv  # relative: nothing of the target reaches fio
     assert {"--rw=read", "--bs=1M", "--iodepth=32", "--runtime=250ms"} <= set(argv)
     assert not [a for a in argv if a.startswith(("--rw=write", "--overwrite", "--create"))]
     assert argv[-1] == "--name=seq_read"
@@ -65,7 +66,7 @@ def test_real_fio_sentinel_reads_the_kept_file_and_fails_without_it(tmp_path: Pa
         fio_argv(pol.probe, ("seq_write", "seq_read")), capture_output=True, timeout=120
     )
     assert probe.returncode == 0
-    kept = tmp_path / ".screener-probe"
+    kept = tmp_path / ".screener" / "probe"
     assert kept.stat().st_size == 16 << 20
 
     async def go(usual: list[float]) -> list[SentinelResult]:

@@ -38,11 +38,14 @@ MiB = 1024 * 1024
 def test_argv_reads_the_kept_file_for_a_bounded_time_without_a_shell() -> None:
     pol = ProbePolicy(target="/scratch/a:b", size_mib=512, seq_bs="1M")
     argv = dd_sentinel_argv(pol, 0.1, 300 * MB)
-    # env and timeout exec the next word: no shell anywhere; dd's report in the C locale
+    # sh only claims and enters the private directory, then execs: env and timeout exec the
+    # next word; dd's report in the C locale
+    assert argv[:2] == ["sh", "-c"] and argv[4] == "/scratch/a:b/.screener"
+    argv = argv[5:]
     assert argv[:8] == ["env", "LC_ALL=C", "timeout", "-s", "USR1", "-k", "0.2", "0.5"]
     assert argv[8:] == [
         "dd",
-        "if=/scratch/a:b/.screener-probe",  # dd takes the rest of the word: no fio escaping
+        "if=probe",  # relative to the private directory
         "of=/dev/null",
         f"bs={MiB}",
         "count=58",  # 300 MB/s x 2 x 0.1 s = 60 MB = 57.2 MiB, rounded up
@@ -127,7 +130,7 @@ def test_real_dd_sentinel_learns_then_judges_a_node_by_its_own_readings(tmp_path
     assert layout.returncode == 0, layout.stderr
     done = subprocess.run(fio_argv(pol.probe, ("seq_read",)), capture_output=True, timeout=120)
     assert done.returncode == 0
-    kept = tmp_path / ".screener-probe"
+    kept = tmp_path / ".screener" / "probe"
 
     async def go(usual: list[float], dd: list[float]) -> str:
         t = LocalTransport()
@@ -169,7 +172,7 @@ class _Replay:
         self.fio = (Path(__file__).parent / "data/probe/fio/fio-3.33_loop_ok.json").read_text()
 
     async def run(self, host: str, argv: Sequence[str], *, timeout: float) -> CommandResult:
-        if argv[0] == "env":  # dd_sentinel_argv
+        if "env" in argv[:6]:  # dd_sentinel_argv
             report = f"{int(self.dd_bw)} bytes (x) copied, 1 s, 0 MB/s\n"
             return CommandResult(host, tuple(argv), 0, "", report, 1.0)
         return CommandResult(host, tuple(argv), 0, self.fio, "", 1.0)

@@ -175,9 +175,10 @@ def test_in_job_outlier_floor_keeps_quiet_jobs_quiet() -> None:
 def test_iostat_start_stop_argv_carry_only_validated_values() -> None:
     argv = start_argv("42", "node01", 5, 3600, ["loop1"])
     assert argv[:2] == ["sh", "-c"]
-    assert argv[3:6] == ["screener-iostat", "/tmp/screener-iostat-42-node01", "3600"]
+    assert argv[3] == "screener-iostat"
+    assert argv[5:8] == ["/tmp/.screener", "iostat-42-node01", "3600"]
     assert "iostat" in argv and argv[-3:] == ["loop1", "5", "720"]  # 3600 s / 5 s reports
-    assert stop_argv("42", "node01")[-1] == "/tmp/screener-iostat-42-node01"
+    assert stop_argv("42", "node01")[-2:] == ["/tmp/.screener", "iostat-42-node01"]
     with pytest.raises(Exception, match="invalid"):
         start_argv("42;x", "node01", 5, 60, [])
 

@@ -59,6 +59,8 @@ def run(args: argparse.Namespace, console: Console) -> int:
             on_done=on_done,
             deadline_s=args.deadline,
         )
+    for note in result.notes:  # planted names moved aside (screener.probe.private)
+        print(f"screener: warning: {note}", file=sys.stderr)
     if args.json:
         print(terminal.result_json(result))
     else:

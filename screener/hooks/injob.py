@@ -14,39 +14,55 @@ from dataclasses import dataclass
 
 from screener.hostlist import validate_node
 from screener.probe.iostat import iostat_argv
+from screener.probe.private import FUNCS, INJOB_PARENT
 from screener.probe_data import IostatSample
 from screener.slurm.client import check_job_id
 
-# $1 private directory, $2 bound in seconds, then the iostat argv. The directory is made
-# here, before detaching (so a failure is this command's exit status), with mode 0700 and
-# must not exist yet: mkdir refuses an existing name, a planted symlink included, so no
-# node user can make this process write through a link in the world-writable /tmp. The
-# detached part works inside it (cd, then checks "." is ours, in case the stop removed and
-# someone re-made the name meanwhile), with set -C creating pid and out exclusively.
+# $1 the private parent (/tmp/.screener, claimed as screener.probe.private does: a planted
+# name there is moved aside and named on stdout), $2 this job's and node's directory name
+# in it, $3 bound in seconds, then the iostat argv. Inside the parent (0700, ours) nobody
+# else can create a name, so the job's directory cannot be pre-empted; a stale one of an
+# earlier attempt of the same job is ours and replaced. The directory is made before
+# detaching (a failure is this command's exit status). The detached part enters it again
+# by the parent's checked inode, with set -C creating pid and out exclusively.
 # setsid -f detaches the monitor from the SSH session; `timeout` ends it if no epilog ever
 # comes; stdbuf -oL flushes each line so a stopped iostat leaves every complete interval.
-START_SCRIPT = r"""
-d="$1"
-umask 077
-mkdir -m 0700 -- "$d" || exit 5
-exec setsid -f sh -c '
+_MONITOR = (
+    FUNCS
+    + r"""
 set -C
-cd -- "$1" && [ "$(stat -c %u:%a .)" = "$(id -u):700" ] || exit 5
-b="$2"; shift 2
+enter "$1" && cd -- "$2" && ours . || exit 5
+b="$3"; shift 3
 echo $$ > pid || exit 5
 exec timeout "$b" stdbuf -oL "$@" > out 2>/dev/null < /dev/null
-' screener-iostat "$@"
 """
-# $1 private directory: only if it is ours (a real directory, not a link, owned by this
-# user, mode 0700; in the sticky /tmp nobody else can swap it after the check), stop our
-# iostat (only if the pid still is one), wait for it, print what it wrote, remove it.
+)
+# $1 the detached monitor's script (_MONITOR: the same functions, so it checks again what
+# it enters), then the parent, the name, the bound and the iostat argv as above.
+START_SCRIPT = (
+    FUNCS
+    + r"""
+m="$1"; shift
+umask 077
+claim "$1" >&2 || exit 5
+rm -rf -- "$2"
+mkdir -m 0700 -- "$2" || exit 5
+exec setsid -f sh -c "$m" screener-iostat "$@"
+"""
+)
+# $1 the private parent, $2 the job's directory in it: only if both are ours (a real
+# directory, not a link, owned by this user, mode 0700), stop our iostat (only if the pid
+# still is one), wait for it, print what it wrote, remove it.
 # Exit 3: no in-job iostat was started; 6: the name is someone else's (left alone);
 # 7: started, but the monitor had not even begun (a job of a moment): no sample.
-STOP_SCRIPT = r"""
-d="$1"
-[ -e "$d" ] || [ -L "$d" ] || exit 3
-[ -d "$d" ] && [ ! -L "$d" ] || exit 6
-[ "$(stat -c %u:%a -- "$d")" = "$(id -u):700" ] || exit 6
+STOP_SCRIPT = (
+    FUNCS
+    + r"""
+[ -e "$1" ] || [ -L "$1" ] || exit 3
+enter "$1" || exit 6
+[ -e "$2" ] || [ -L "$2" ] || exit 3
+ours "$2" || exit 6
+d="$2"
 [ -f "$d/pid" ] || { rm -rf -- "$d"; exit 7; }
 pid=$(cat "$d/pid")
 case "$pid" in ''|*[!0-9]*) exit 4 ;; esac
@@ -58,15 +74,21 @@ fi
 cat "$d/out" 2>/dev/null
 rm -rf -- "$d"
 """
+)
 NOT_STARTED = 3  # STOP_SCRIPT's exit when the prolog started nothing on the node
 NOT_OURS = 6  # STOP_SCRIPT's exit when the directory's name was taken by someone else
 NOT_BEGUN = 7  # STOP_SCRIPT's exit when the monitor was started but had not begun
 
 
-def private_dir(job_id: str, node: str, directory: str = "/tmp") -> str:
-    """Per job and node (emulated nodes share /tmp), from validated parts only; created
-    0700 by START_SCRIPT, never reused."""
-    return f"{directory}/screener-iostat-{check_job_id(job_id)}-{validate_node(node)}"
+def private_dir(job_id: str, node: str, directory: str = INJOB_PARENT) -> str:
+    """Per job and node (emulated nodes share /tmp), from validated parts only, inside
+    screener's private parent (screener.probe.private)."""
+    return f"{directory}/{job_dir(job_id, node)}"
+
+
+def job_dir(job_id: str, node: str) -> str:
+    """The job's and node's directory name inside the private parent."""
+    return f"iostat-{check_job_id(job_id)}-{validate_node(node)}"
 
 
 def start_argv(
@@ -79,7 +101,9 @@ def start_argv(
         "-c",
         START_SCRIPT,
         "screener-iostat",  # $0
-        private_dir(job_id, node),
+        _MONITOR,
+        INJOB_PARENT,
+        job_dir(job_id, node),
         str(bound_s),
         *iostat_argv(interval_s, count, devices),
     ]
@@ -87,7 +111,7 @@ def start_argv(
 
 def stop_argv(job_id: str, node: str) -> list[str]:
     """Stop the in-job iostat on ``node`` and print its JSON."""
-    return ["sh", "-c", STOP_SCRIPT, "screener-iostat-stop", private_dir(job_id, node)]
+    return ["sh", "-c", STOP_SCRIPT, "screener-iostat-stop", INJOB_PARENT, job_dir(job_id, node)]
 
 
 @dataclass(frozen=True)

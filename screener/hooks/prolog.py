@@ -243,6 +243,8 @@ def _screen_job(
         more: list[tuple[list[str], list[str]]] = []
 
         async def after(transport: Transport, result: ScreenResult) -> None:
+            for note in result.notes:  # planted names moved aside (screener.probe.private)
+                log(note)
             failed = [r.node for r in sent if not r.passed] if beside is not None else []
             left = pp.budget_s - (time.monotonic() - t0) - DECIDE_RESERVE_S
             code = _act(policy, job, client, records, result, log, left)

@@ -10,6 +10,7 @@ from screener.hooks.hooklog import HookLog
 from screener.hooks.injob import start_argv
 from screener.policy import Policy
 from screener.probe.facts import facts_argv, parse_facts
+from screener.probe.private import planted_notes
 from screener.slurm.client import SlurmJob
 from screener.transport.base import Transport, check
 
@@ -31,7 +32,9 @@ async def start_job_iostat(
             argv = start_argv(
                 job.job_id, node, pp.iostat_interval_s, pp.iostat_max_s, [dev] if dev else []
             )
-            check(await transport.run(node, argv, timeout=timeout))
+            res = check(await transport.run(node, argv, timeout=timeout))
+            for note in planted_notes(res.stderr, node):  # a planted /tmp/.screener
+                log(note)
             return None
         except (TransportError, ProbeError) as exc:
             return f"{node}: {exc}"

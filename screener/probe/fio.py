@@ -16,11 +16,13 @@ from typing import Any
 
 from screener.errors import ConfigError, ProbeError
 from screener.policy import ProbePolicy, target_problem
+from screener.probe.private import in_private_dir, private_dir
 from screener.probe.stalls import bin_at_rank, stall_mode
 from screener.probe_data import FioJobResult, FioRun
 
 JOBS = ("seq_write", "seq_read", "rand_read")
-PROBE_FILE = ".screener-probe"  # name of the probe file inside policy.target
+PROBE_FILE = "probe"  # the probe file's name inside screener's private directory
+LEGACY_PROBE_FILE = ".screener-probe"  # where it was before (in the target itself)
 SLOW_NS = 100e6  # an I/O completing in >= 100 ms is a "slow op" (seed 001)
 
 _BS_RE = re.compile(r"^[1-9][0-9]*[kKmM]?$")
@@ -28,15 +30,22 @@ _ENGINES = ("libaio", "io_uring")
 
 
 def probe_file(policy: ProbePolicy) -> str:
-    """Path of the region fio writes then reads back on the node."""
-    return f"{policy.target.rstrip('/')}/{PROBE_FILE}"
+    """Path of the region fio writes then reads back on the node (for humans: commands use
+    the name relative to the private directory they entered, screener.probe.private)."""
+    return f"{private_dir(policy.target)}/{PROBE_FILE}"
+
+
+def in_probe_dir(policy: ProbePolicy, argv: list[str]) -> list[str]:
+    """``argv`` run inside the target's private directory (screener.probe.private): the
+    probe file is then ``PROBE_FILE`` there, a name no other user can plant or replace."""
+    return in_private_dir(private_dir(policy.target), argv)
 
 
 def cleanup_argv(policy: ProbePolicy) -> list[str]:
     """Remove the probe file: run after the last round when ``[probe] keep_file`` is false."""
     _check_policy(policy)
-    # -f: a missing file is not an error; "--": the path can never be read as an option.
-    return ["rm", "-f", "--", probe_file(policy)]
+    # -f: a missing file is not an error; "--": the name can never be read as an option.
+    return in_probe_dir(policy, ["rm", "-f", "--", PROBE_FILE])
 
 
 def recipe_fingerprint(policy: ProbePolicy) -> str:
@@ -79,7 +88,8 @@ def policy_jobs(policy: ProbePolicy) -> tuple[str, ...]:
 
 
 def fio_argv(policy: ProbePolicy, jobs: Sequence[str] = JOBS, fio: str = "fio") -> list[str]:
-    """One fio invocation running ``jobs`` one after the other on the probe file.
+    """One fio invocation running ``jobs`` one after the other on the probe file, inside
+    the private directory (:func:`in_probe_dir`).
 
     seq_write preconditions the region (see ``--overwrite``), so it comes first. The pipeline
     runs the recipe's jobs in the first round; a confirmation re-probe may name a subset
@@ -105,10 +115,10 @@ def fio_argv(policy: ProbePolicy, jobs: Sequence[str] = JOBS, fio: str = "fio") 
         # 0.75 s jobs, 8 runs each, 2026-11-26); a vDSO clock read per I/O costs nothing
         # the figures show.
         "--clocksource=clock_gettime",
-        # One file in the target filesystem. fio cuts every option value at ';' and '#'
-        # (comments) and splits file names at ':'; targets with ';', '#' or anything but
-        # [A-Za-z0-9._+@%=/:-] are refused by _check_policy, and ':' is escaped here.
-        f"--filename={_fio_escape(probe_file(policy))}",
+        # One file in the target filesystem, by a constant name relative to the private
+        # directory the command entered: no user-plantable path, and nothing of the
+        # target reaches fio's option syntax (it cuts values at ';', '#' and ':').
+        f"--filename={PROBE_FILE}",
         # Region size in bytes (no suffix, so fio's kb_base cannot change its meaning).
         f"--size={policy.size_mib * 1024 * 1024}",
         # O_DIRECT: measure the device, not the page cache that absorbs writes and serves
@@ -147,7 +157,7 @@ def fio_argv(policy: ProbePolicy, jobs: Sequence[str] = JOBS, fio: str = "fio") 
             # measured while writes compete for the same device.
             argv.append("--stonewall")
         argv.extend(_JOB_OPTIONS[job](policy))
-    return argv
+    return in_probe_dir(policy, argv)
 
 
 def layout_argv(policy: ProbePolicy, fio: str = "fio") -> list[str]:
@@ -158,16 +168,9 @@ def layout_argv(policy: ProbePolicy, fio: str = "fio") -> list[str]:
     """
     # Only seq_write carries --overwrite=1, the option that makes the layout write real data.
     # --create_only: run fio's setup phase (the layout) and no job.
-    # fio has no file-mode option: the layout creates the probe file, so it runs under
-    # umask 077 (mode 0600: no other user on the node can read or replace the region).
-    # "$0" "$@" is fio's own argv, never re-parsed by the shell.
-    return [
-        "sh",
-        "-c",
-        'umask 077 && exec "$0" "$@"',
-        *fio_argv(policy, ("seq_write",), fio),
-        "--create_only=1",
-    ]
+    # fio has no file-mode option: the layout creates the probe file, and every command in
+    # the private directory runs under umask 077 (mode 0600), in a directory of mode 0700.
+    return [*fio_argv(policy, ("seq_write",), fio), "--create_only=1"]
 
 
 def seq_iodepth(policy: ProbePolicy) -> int:
@@ -262,11 +265,6 @@ def _check_policy(p: ProbePolicy) -> None:
 def _ms(seconds: float) -> str:
     """fio time value in whole milliseconds ('1500ms'); fio accepts the ms suffix."""
     return f"{round(seconds * 1000)}ms"
-
-
-def _fio_escape(path: str) -> str:
-    r"""fio splits --filename on ':'; a literal colon is written '\:'."""
-    return path.replace(":", "\\:")
 
 
 # --------------------------------------------------------------------------- parsing

@@ -12,12 +12,24 @@ from dataclasses import dataclass
 
 from screener.errors import ConfigError, ProbeError
 from screener.policy import ProbePolicy
-from screener.probe.fio import PROBE_FILE
+from screener.probe.fio import LEGACY_PROBE_FILE, PROBE_FILE
+from screener.probe.private import FUNCS, PRIVATE_DIR, planted_notes
 
+# After the target checks the script claims screener's private directory in the target
+# (screener.probe.private: made 0700, or a planted name moved aside and named in a
+# ``planted=`` line) and does everything else inside it, by relative names: the real write
+# test (mktemp + write + remove, rather than trusting permission bits, which say nothing
+# about a read-only mount or a full filesystem) and the probe file's size. Nothing in the
+# user-writable target itself is written, read or followed.
 # dd with oflag=direct tells a filesystem without O_DIRECT (tmpfs on older kernels) from one
 # with it; fio with direct=1 would fail there with a less helpful message. If dd cannot do
 # oflag=direct at all (not GNU dd) the answer is "unknown", never a false "no".
-PREFLIGHT_SCRIPT = r"""
+# $1 target, $2 fio, $3 private directory name, $4 probe file name, $5 the probe file's
+# legacy name in the target (removed when it is a regular file of this user: a link is
+# only unlinked, never followed).
+PREFLIGHT_SCRIPT = (
+    FUNCS
+    + r"""
 t="$1"
 f="$2"
 p=$(command -v "$f" 2>/dev/null)
@@ -25,32 +37,40 @@ echo "fio=$p"
 echo "iostat=$(command -v iostat 2>/dev/null)"
 if [ -e "$t" ]; then echo "target_exists=1"; else echo "target_exists=0"; fi
 if [ -d "$t" ]; then echo "target_dir=1"; else echo "target_dir=0"; fi
+echo "fstype=$(stat -f -c %T "$t" 2>/dev/null)"
+echo "df=$(df -Pk "$t" 2>/dev/null | tail -n 1)"
+o="$t/$5"
+if [ -f "$o" ] && [ ! -L "$o" ] && [ "$(stat -c %u -- "$o")" = "$(id -u)" ]; then
+    rm -f -- "$o" && echo "legacy_removed=1"
+fi
 w=0
 d=unknown
+k=0
 if [ -d "$t" ]; then
-    tmp=$(mktemp "$t/.screener-preflight.XXXXXX" 2>/dev/null)
-    if [ -n "$tmp" ] && [ -f "$tmp" ]; then
-        if printf 'screener\n' > "$tmp" 2>/dev/null; then w=1; fi
-        if e=$(dd if=/dev/zero of="$tmp" bs=4096 count=1 oflag=direct 2>&1); then
-            d=1
-        else
-            case "$e" in *[Ii]nvalid\ argument*) d=0 ;; esac
+    if claim "$t/$3"; then
+        echo "private=1"
+        tmp=$(mktemp ".preflight.XXXXXX" 2>/dev/null)
+        if [ -n "$tmp" ] && [ -f "$tmp" ]; then
+            if printf 'screener\n' > "$tmp" 2>/dev/null; then w=1; fi
+            if e=$(dd if=/dev/zero of="$tmp" bs=4096 count=1 oflag=direct 2>&1); then
+                d=1
+            else
+                case "$e" in *[Ii]nvalid\ argument*) d=0 ;; esac
+            fi
+            rm -f -- "$tmp"
         fi
-        rm -f "$tmp"
+        if [ -f "$4" ] && [ ! -L "$4" ]; then k=$(du -k -- "$4" 2>/dev/null | cut -f 1); fi
+    else
+        echo "private=0"
     fi
 fi
 echo "target_writable=$w"
 echo "target_direct_io=$d"
-echo "fstype=$(stat -f -c %T "$t" 2>/dev/null)"
-echo "df=$(df -Pk "$t" 2>/dev/null | tail -n 1)"
-if [ -f "$t/$3" ]; then
-    echo "probe_file_kib=$(du -k "$t/$3" 2>/dev/null | cut -f 1)"
-else
-    echo "probe_file_kib=0"
-fi
+echo "probe_file_kib=${k:-0}"
 echo "done=1"
 exit 0
 """
+)
 
 
 _RAM_FS = ("tmpfs", "ramfs")  # probing these measures memory, not the node's NVMe
@@ -66,6 +86,7 @@ class Preflight:
     free_mib: int  # free space on the target filesystem
     direct_io: bool | None = None  # None when it could not be determined
     probe_file_mib: int = 0  # space the existing probe file already takes (reused)
+    notes: tuple[str, ...] = ()  # planted names found in the target and moved aside
 
 
 def preflight_argv(target: str, fio: str = "fio") -> list[str]:
@@ -75,7 +96,17 @@ def preflight_argv(target: str, fio: str = "fio") -> list[str]:
     if not fio or fio.startswith("-") or any(c in fio for c in "\0\n"):
         raise ConfigError(f"invalid fio command {fio!r}")
     # "screener-preflight" becomes $0 (named in sh's own error messages).
-    return ["sh", "-c", PREFLIGHT_SCRIPT, "screener-preflight", target, fio, PROBE_FILE]
+    return [
+        "sh",
+        "-c",
+        PREFLIGHT_SCRIPT,
+        "screener-preflight",
+        target,
+        fio,
+        PRIVATE_DIR,
+        PROBE_FILE,
+        LEGACY_PROBE_FILE,
+    ]
 
 
 def parse_preflight(text: str, exit_code: int, node: str, policy: ProbePolicy) -> Preflight:
@@ -96,6 +127,9 @@ def parse_preflight(text: str, exit_code: int, node: str, policy: ProbePolicy) -
         raise ProbeError(node, f"probe target {target} does not exist")
     if values.get("target_dir") != "1":
         raise ProbeError(node, f"probe target {target} is not a directory")
+    notes = planted_notes(text, node)
+    if values.get("private") == "0" and any(n.endswith(": refused") for n in notes):
+        raise ProbeError(node, notes[-1].removeprefix(f"{node}: "))
     if values.get("target_writable") != "1":
         raise ProbeError(node, f"probe target {target} is not writable")
     fstype = values.get("fstype", "")
@@ -122,6 +156,7 @@ def parse_preflight(text: str, exit_code: int, node: str, policy: ProbePolicy) -
         free_mib=free_mib,
         direct_io=direct,
         probe_file_mib=existing_mib,
+        notes=notes,
     )
 
 

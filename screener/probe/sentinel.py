@@ -18,49 +18,60 @@ from dataclasses import dataclass
 
 from screener.errors import ProbeError
 from screener.policy import ProbePolicy
-from screener.probe.fio import _check_policy, _fio_escape, _ms, fio_argv, probe_file, seq_iodepth
+from screener.probe.fio import (
+    LEGACY_PROBE_FILE,
+    PROBE_FILE,
+    _check_policy,
+    _ms,
+    fio_argv,
+    in_probe_dir,
+    seq_iodepth,
+)
 
 SENTINEL_JOB = "seq_read"  # parse_fio's job name: the figure is a seq read like the probe's
 
 
 def sentinel_argv(policy: ProbePolicy, runtime_s: float, fio: str = "fio") -> list[str]:
-    """One short sequential read of the kept probe file, never a write.
+    """One short sequential read of the kept probe file, never a write, inside the private
+    directory (screener.probe.private).
 
-    The options it shares with the probe (target escaping, size, engine, queue depth, block
-    size) come from :func:`fio_argv`'s checks, so the figure is the probe's seq read, only
-    shorter.
+    The options it shares with the probe (size, engine, queue depth, block size) come
+    from :func:`fio_argv`'s checks, so the figure is the probe's seq read, only shorter.
     """
     fio_argv(policy, (SENTINEL_JOB,), fio)  # the same policy and fio checks as the probe
-    return [
-        fio,
-        "--output-format=json+",  # parse_fio reads it, like the probe's
-        "--eta=never",  # no progress lines mixed into the JSON
-        "--clocksource=clock_gettime",  # no TSC calibration at start (~70 ms), as the probe
-        # Open the file read-only and refuse to extend or lay it out: a missing or short
-        # file is an error (-> full probe), never a buffered write on the fast path.
-        "--readonly",
-        f"--filename={_fio_escape(probe_file(policy))}",
-        f"--size={policy.size_mib * 1024 * 1024}",
-        # The device, not the page cache (the kept file may still be cached).
-        "--direct=1",
-        f"--ioengine={policy.ioengine}",
-        # The probe's sequential queue depth ([prolog] seq_iodepth): a slow reader shows
-        # within a few dozen 1 MiB reads, and every queued read must complete before fio
-        # exits (32 take a 15 MB/s reader ~2 s, 8 ~0.5 s).
-        f"--iodepth={seq_iodepth(policy)}",
-        "--rw=read",
-        f"--bs={policy.seq_bs}",
-        # A fixed, short wall time whatever the device speed.
-        "--time_based",
-        f"--runtime={_ms(runtime_s)}",
-        # The job as a thread, not a forked process, and no disk-utilisation thread: fio
-        # otherwise spends ~0.1 s polling the fork at start and a tick at exit (measured
-        # 0.57 -> 0.45 s wall for a 0.1 s read on the loaded test VM).
-        "--thread",
-        "--disk_util=0",
-        "--percentile_list=50:99",
-        f"--name={SENTINEL_JOB}",
-    ]
+    return in_probe_dir(
+        policy,
+        [
+            fio,
+            "--output-format=json+",  # parse_fio reads it, like the probe's
+            "--eta=never",  # no progress lines mixed into the JSON
+            "--clocksource=clock_gettime",  # no TSC calibration at start (~70 ms), as the probe
+            # Open the file read-only and refuse to extend or lay it out: a missing or short
+            # file is an error (-> full probe), never a buffered write on the fast path.
+            "--readonly",
+            f"--filename={PROBE_FILE}",  # relative to the private directory it entered
+            f"--size={policy.size_mib * 1024 * 1024}",
+            # The device, not the page cache (the kept file may still be cached).
+            "--direct=1",
+            f"--ioengine={policy.ioengine}",
+            # The probe's sequential queue depth ([prolog] seq_iodepth): a slow reader shows
+            # within a few dozen 1 MiB reads, and every queued read must complete before fio
+            # exits (32 take a 15 MB/s reader ~2 s, 8 ~0.5 s).
+            f"--iodepth={seq_iodepth(policy)}",
+            "--rw=read",
+            f"--bs={policy.seq_bs}",
+            # A fixed, short wall time whatever the device speed.
+            "--time_based",
+            f"--runtime={_ms(runtime_s)}",
+            # The job as a thread, not a forked process, and no disk-utilisation thread: fio
+            # otherwise spends ~0.1 s polling the fork at start and a tick at exit (measured
+            # 0.57 -> 0.45 s wall for a 0.1 s read on the loaded test VM).
+            "--thread",
+            "--disk_util=0",
+            "--percentile_list=50:99",
+            f"--name={SENTINEL_JOB}",
+        ],
+    )
 
 
 @dataclass(frozen=True)
@@ -133,7 +144,10 @@ def block_bytes(bs: str) -> int:
 def dd_recipe(policy: ProbePolicy, runtime_s: float) -> str:
     """What a dd reading is comparable with: the same file, region, block size and time
     bound (a new one starts a new history, as a new fio recipe does)."""
-    key = f"{probe_file(policy)}|{policy.size_mib}|{block_bytes(policy.seq_bs)}|{_ms(runtime_s)}"
+    # The file's old path stays in the key: moving it into the private directory changed
+    # nothing dd reads, so the nodes keep the dd readings they learned.
+    old = f"{policy.target.rstrip('/')}/{LEGACY_PROBE_FILE}"
+    key = f"{old}|{policy.size_mib}|{block_bytes(policy.seq_bs)}|{_ms(runtime_s)}"
     return "dd-" + hashlib.sha1(key.encode(), usedforsecurity=False).hexdigest()[:16]
 
 
@@ -141,30 +155,33 @@ def dd_sentinel_argv(policy: ProbePolicy, runtime_s: float, expect_bw: float) ->
     """Read the kept probe file with dd: DD_SPAN x ``runtime_s`` of a node reading
     ``expect_bw`` bytes/s (its usual), for at most 2.5 times that; then report.
 
-    No shell: ``env`` and ``timeout`` exec the next word. The path is the policy's checked
-    target (fio_argv's checks); dd takes everything after ``if=`` as the name.
+    Run inside the private directory (screener.probe.private); then no shell: ``env``
+    and ``timeout`` exec the next word, and dd reads the constant relative name.
     """
     _check_policy(policy)  # the probe's own checks of the target, sizes and block sizes
     bs = block_bytes(policy.seq_bs)
     region = policy.size_mib * 1024 * 1024
     span = DD_SPAN * runtime_s
     count = max(4, min(region // bs, math.ceil(expect_bw * span / bs)))
-    return [
-        "env",
-        "LC_ALL=C",  # dd's report in the C locale: "N bytes (...) copied, T s, R MB/s"
-        "timeout",
-        "-s",
-        "USR1",  # at the bound dd reports what it read so far (SIGINT may be ignored) ...
-        "-k",
-        f"{DD_GRACE_S:g}",  # ... and is killed just after: a slow node costs the bound
-        f"{2.5 * span:g}",  # a node at half its usual pace still finishes its count
-        "dd",
-        f"if={probe_file(policy)}",
-        "of=/dev/null",
-        f"bs={bs}",
-        f"count={count}",  # what a healthy node reads in DD_SPAN x runtime_s
-        "iflag=direct",  # the device, not the page cache (the kept file may be cached)
-    ]
+    return in_probe_dir(
+        policy,
+        [
+            "env",
+            "LC_ALL=C",  # dd's report in the C locale: "N bytes (...) copied, T s, R MB/s"
+            "timeout",
+            "-s",
+            "USR1",  # at the bound dd reports what it read so far (SIGINT may be ignored) ...
+            "-k",
+            f"{DD_GRACE_S:g}",  # ... and is killed just after: a slow node costs the bound
+            f"{2.5 * span:g}",  # a node at half its usual pace still finishes its count
+            "dd",
+            f"if={PROBE_FILE}",
+            "of=/dev/null",
+            f"bs={bs}",
+            f"count={count}",  # what a healthy node reads in DD_SPAN x runtime_s
+            "iflag=direct",  # the device, not the page cache (the kept file may be cached)
+        ],
+    )
 
 
 def parse_dd(exit_status: int, stderr: str, node: str) -> float:

@@ -95,6 +95,7 @@ def result_json(result: ScreenResult) -> str:
         "shared_cause_reason": s.shared_cause_reason,
         "peer_read_median_mb_s": s.peer_read_median_mb_s,
         "peer_rand_median_iops": s.peer_rand_median_iops,
+        "notes": list(result.notes),  # planted names moved aside (screener.probe.private)
         "nodes": [
             _verdict_dict(v) | {"probe_s": round(result.probes[v.node].duration_s, 3)}
             for v in s.verdicts
