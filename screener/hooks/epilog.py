@@ -5,7 +5,8 @@
    samples, no fio), and open an in-job slow episode for nodes whose reads were outliers
    among the job's nodes.
 2. In-job benchmark figures: when the job names its output directory, ingest its IOR/fio
-   outputs (screener/hooks/epilog_ingest.py) and, if configured, drain in-job outliers.
+   outputs (screener/hooks/epilog_ingest.py) and, if configured, drain in-job outliers
+   (on a shared allocation only those step 1 found slow too: screener/ingest/trust.py).
 Never fails the job.
 """
 
@@ -57,16 +58,19 @@ def run_epilog(
         log(f"cannot read the job: {exc}")
         return 0
     ok, why = selects(job, policy.prolog)
-    _in_job_iostat(policy, job, ok, why, log)
-    ingest_after_job(policy, job, env, ok, log, client)
+    confirmed = _in_job_iostat(policy, job, ok, why, log)
+    ingest_after_job(policy, job, env, ok, log, client, confirmed)
     return 0
 
 
-def _in_job_iostat(policy: Policy, job: SlurmJob, ok: bool, why: str, log: HookLog) -> None:
-    """Stop and store the in-job iostat the prolog started (screened jobs only)."""
+def _in_job_iostat(
+    policy: Policy, job: SlurmJob, ok: bool, why: str, log: HookLog
+) -> frozenset[str]:
+    """Stop and store the in-job iostat the prolog started (screened jobs only); the nodes
+    it found slow (they confirm the job's own figures for those nodes)."""
     if not ok or not policy.prolog.iostat:
         log(f"job {job.job_id}: nothing to collect ({why if not ok else 'prolog.iostat off'})")
-        return
+        return frozenset()
     # A prolog under hookd starts iostat after its exit code, holding this lock meanwhile:
     # a job that ended first waits here for the start, so nothing is left running.
     t = policy.transport
@@ -81,7 +85,7 @@ def _in_job_iostat(policy: Policy, job: SlurmJob, ok: bool, why: str, log: HookL
         probes = asyncio.run(_collect(policy, job.job_id, list(job.nodes)))
     except ScreenerError as exc:
         log(f"job {job.job_id}: cannot collect in-job iostat: {exc}")
-        return
+        return frozenset()
     finally:
         if lock is not None:
             lock.release(remove=True)
@@ -90,11 +94,12 @@ def _in_job_iostat(policy: Policy, job: SlurmJob, ok: bool, why: str, log: HookL
         remove_stale(policy.store.spool_dir, policy.prolog.iostat_max_s)
     if not any(p.iostat for p in probes):
         log(f"job {job.job_id}: {no_samples(probes, policy.prolog.iostat_interval_s)}")
-        return
+        return frozenset()
     try:
-        _store(policy, job.job_id, probes, log)
+        return _store(policy, job.job_id, probes, log)
     except ScreenerError as exc:
         log(f"job {job.job_id}: in-job iostat not stored: {exc}")
+        return frozenset()
 
 
 async def _collect(policy: Policy, job_id: str, nodes: list[str]) -> list[NodeProbe]:
@@ -158,7 +163,8 @@ def no_samples(probes: list[NodeProbe], interval_s: int) -> str:
     return "; ".join(parts)
 
 
-def _store(policy: Policy, job_id: str, probes: list[NodeProbe], log: HookLog) -> None:
+def _store(policy: Policy, job_id: str, probes: list[NodeProbe], log: HookLog) -> frozenset[str]:
+    """Store the in-job iostat as a run, open an episode per outlier; the outliers."""
     url = database_url(policy)
     now = datetime.now(UTC)
     with open_store(url, upgrade=url.startswith("sqlite")) as store:
@@ -191,3 +197,4 @@ def _store(policy: Policy, job_id: str, probes: list[NodeProbe], log: HookLog) -
             f"job {job_id}: in-job iostat stored as run {run_id} "
             f"({sum(len(p.iostat) for p in probes)} samples, {found})"
         )
+    return frozenset(slow)

@@ -8,6 +8,10 @@ safe characters; each file is opened without following symlinks and must be a re
 owned by the job's user (``SLURM_JOB_UID``), so a job cannot make the epilog read, or log
 an excerpt of, a file only SlurmUser may read. Nothing here fails the epilog: every
 problem is one log line.
+
+Those files are still the user's word: their in-job outliers open an episode or drain
+only where screener.ingest.trust trusts them (the job had its nodes to itself, or the
+in-job iostat saw the same node slow); otherwise they are recorded only, and one line says so.
 """
 
 from __future__ import annotations
@@ -15,7 +19,8 @@ from __future__ import annotations
 import os
 import re
 import stat
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -24,10 +29,11 @@ from screener.hooks.actions import acting, apply_drains
 from screener.hooks.decide import plan_drains
 from screener.hooks.hooklog import HookLog
 from screener.ingest.files import MAX_BYTES, outputs_near
-from screener.ingest.judge import TOO_SHORT, Figure
+from screener.ingest.judge import TOO_SHORT, Figure, JobFigures
 from screener.ingest.layout import SlurmLayout
 from screener.ingest.results import Phase
 from screener.ingest.service import Ingested, ingest
+from screener.ingest.trust import UNTRUSTED, Vetted, vet
 from screener.policy import IngestPolicy, Policy, database_url
 from screener.probe_data import Trigger
 from screener.slurm.client import SlurmClient, SlurmJob, check_reason
@@ -117,8 +123,10 @@ def ingest_after_job(
     screened: bool,
     log: HookLog,
     client: SlurmClient | None = None,
+    confirmed: Collection[str] = (),
 ) -> Ingested | None:
-    """Ingest the job's outputs if it says where they are; never raises."""
+    """Ingest the job's outputs if it says where they are; never raises. ``confirmed``:
+    the nodes the job's in-job iostat found slow (trusted even on a shared allocation)."""
     if not policy.ingest.epilog:
         return None
     try:
@@ -131,6 +139,13 @@ def ingest_after_job(
         if not uid.isdigit():
             raise ConfigError("SLURM_JOB_UID is not set: cannot check who owns the outputs")
         now = datetime.now(UTC)
+        source = SlurmLayout(policy.slurm.command_timeout_s, job.nodes)
+
+        def trust(figures: JobFigures) -> Vetted:
+            # exclusivity from the record the layout read (None if it read none: unknown)
+            known = replace(job, exclusive=source.record.exclusive if source.record else None)
+            return vet(figures, known, confirmed)
+
         done = ingest(
             job.job_id,
             outputs_near(Path(directory), job.job_id),
@@ -141,13 +156,17 @@ def ingest_after_job(
             observed_at=now,
             now=now,
             replace=True,  # a requeued job's last attempt wrote the files that are there
-            slurm=SlurmLayout(policy.slurm.command_timeout_s, job.nodes),
+            slurm=source,
             read=owned_reader(int(uid)),
+            trust=trust,
         )
     except (ScreenerError, OSError) as exc:  # OSError: e.g. a directory SlurmUser may not read
         log(f"job {job.job_id}: outputs not ingested: {exc}")
         return None
     log(ingested_line(done, why))
+    note = next((n for n in done.figures.notes if n.startswith(UNTRUSTED)), None)
+    if note is not None:
+        log(f"job {job.job_id}: ingested {note}")
     if policy.ingest.drain and done.figures.slow:
         try:
             drain_outliers(policy, job, done, log, client)
@@ -160,7 +179,8 @@ def ingested_line(done: Ingested, why: str) -> str:
     """The epilog's line for an ingest: where from, the in-job slow nodes, and which phases
     were too short to judge (so "none" is not read as "all judged fine")."""
     few = next((n for n in done.figures.notes if "no outlier judgement" in n), None)
-    slow = ", ".join(s.node for s in done.figures.slow) or (
+    judged = [s.node for s in done.figures.slow] + [f"{s.node} (recorded only)" for s in done.held]
+    slow = ", ".join(judged) or (
         f"too few nodes to compare ({few.split(':')[0]})" if few else "none"
     )
     short = "".join(f"; {n.split(':')[0]}" for n in done.figures.notes if TOO_SHORT in n)

@@ -98,10 +98,13 @@ class SlurmLayout:
     def __init__(self, timeout_s: float = 20.0, nodes: Sequence[str] = ()) -> None:
         self.timeout_s = timeout_s
         self.nodes = tuple(nodes)
+        # the record task_layout read (the epilog also takes the job's exclusivity from
+        # it: one scontrol call); None until asked, or when Slurm forgot the job
+        self.record: JobRecord | None = None
 
     def task_layout(self, job_id: str) -> RankLayout | None:
         """The job's rank -> node map from Slurm's record, or None if Slurm forgot it."""
-        record = show_job(job_id, self.timeout_s)
+        record = self.record = show_job(job_id, self.timeout_s)
         if record is None:
             return None
         if self.nodes:

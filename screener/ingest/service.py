@@ -12,8 +12,9 @@ from typing import Any
 from screener.errors import ConfigError, SlurmError
 from screener.hostlist import expand_nodeset, fold_nodes
 from screener.ingest.files import load_files, read_text
-from screener.ingest.judge import Figure, JobFigures, judge_job
+from screener.ingest.judge import Figure, JobFigures, SlowNode, judge_job
 from screener.ingest.layout import LayoutSource, RankLayout, block_layout
+from screener.ingest.trust import Vetted
 from screener.policy import Policy, database_url
 from screener.store import open_store
 from screener.store.jobs import IngestHead, ResultRow, SlowRow, record_ingest
@@ -27,6 +28,7 @@ class Ingested:
     figures: JobFigures
     layout: str
     ingest_id: int | None
+    held: tuple[SlowNode, ...] = ()  # in-job outliers not trusted to act: recorded only
 
     def records(self) -> list[dict[str, Any]]:
         """One record per node (None: the whole job), phase and iteration."""
@@ -117,15 +119,22 @@ def ingest(
     replace: bool = False,
     slurm: LayoutSource | None = None,
     read: Callable[[Path], str] = read_text,
+    trust: Callable[[JobFigures], Vetted] | None = None,
 ) -> Ingested:
-    """Parse, map, judge and (unless told not to) record one job's outputs."""
+    """Parse, map, judge and (unless told not to) record one job's outputs. ``trust`` (the
+    epilog's, screener.ingest.trust): which in-job outliers may open an episode; without
+    it every one does (an admin's ingest of files the admin chose)."""
     files = load_files(paths, read)
     needed = any(f.ranks for f in files)
     layout = resolve_layout(job_id, nodes, ranks_per_node, slurm, needed)
     figures = judge_job(files, layout, policy.verdict, policy.ingest)
+    held: tuple[SlowNode, ...] = ()
+    if trust is not None:
+        vetted = trust(figures)
+        figures, held = vetted.figures, vetted.held
     how = layout.how if layout else "none (no per-rank data or no layout)"
     if not store_results:
-        return Ingested(job_id, figures, how, None)
+        return Ingested(job_id, figures, how, None, held)
     mapped = sorted({f.node for f in figures.figures if f.node is not None})
     head = IngestHead(
         job_id=job_id,
@@ -140,7 +149,7 @@ def ingest(
     url = database_url(policy)
     with open_store(url, upgrade=url.startswith("sqlite")) as store:
         ingest_id = record_ingest(store, head, rows, slow, now=now, replace=replace)
-    return Ingested(job_id, figures, how, ingest_id)
+    return Ingested(job_id, figures, how, ingest_id, held)
 
 
 def store_rows(figures: JobFigures) -> tuple[list[ResultRow], list[SlowRow]]:

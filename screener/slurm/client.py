@@ -70,6 +70,10 @@ class SlurmJob:
     state: str = ""
     reason: str = ""  # why it is pending (e.g. "BeginTime")
     restarts: int = 0
+    # Its nodes to itself (Slurm's OverSubscribe=NO: --exclusive, or select/linear's whole
+    # nodes); None when not known (the backends' job() do not fill it: the epilog asks
+    # `scontrol show job`). Unknown counts as shared wherever it decides trust.
+    exclusive: bool | None = None
 
 
 class SlurmClient(Protocol):

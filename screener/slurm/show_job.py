@@ -40,6 +40,10 @@ class JobRecord:
     std_out: str
     work_dir: str
     comment: str
+    # OverSubscribe=NO: no other job may share its nodes (--exclusive; select/linear gives
+    # whole nodes unless the job asked --oversubscribe of an OverSubscribe=YES partition).
+    # None: the field is missing. YES/USER/MCS/OK: other jobs may share them.
+    exclusive: bool | None = None
 
 
 def show_job_argv(job_id: str) -> list[str]:
@@ -84,6 +88,14 @@ def _int(fields: dict[str, str], key: str) -> int:
     return int(raw)
 
 
+def exclusive_of(oversubscribe: str | None) -> bool | None:
+    """``OverSubscribe=`` as "the job has its nodes to itself": only ``NO`` is; None when
+    scontrol printed no such field (unknown, which trust treats as shared)."""
+    if oversubscribe is None or not oversubscribe.strip():
+        return None
+    return oversubscribe.strip().upper() == "NO"
+
+
 def _record(block: str) -> JobRecord:
     fields, details = _fields(block)
     nodelist = fields.get("NodeList", "(null)")
@@ -104,6 +116,7 @@ def _record(block: str) -> JobRecord:
         std_out=fields.get("StdOut", ""),
         work_dir=fields.get("WorkDir", ""),
         comment=fields.get("Comment", ""),
+        exclusive=exclusive_of(fields.get("OverSubscribe")),
     )
 
 
