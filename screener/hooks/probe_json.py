@@ -37,6 +37,7 @@ def probe_dict(p: NodeProbe) -> dict[str, Any]:
         "raw_iostat": p.raw_iostat,
         "facts": dataclasses.asdict(p.facts) if p.facts is not None else None,
         "recipe": p.recipe,
+        "notes": list(p.notes),  # planted names moved aside on the node
     }
 
 
@@ -84,6 +85,8 @@ def _probe(d: dict[str, Any]) -> NodeProbe:
     node = str(d["node"])
     facts = _facts(d.get("facts"))
     recipe = str(d["recipe"]) if d.get("recipe") else None  # what the node measured with
+    notes = d.get("notes")
+    said = tuple(str(n)[:300] for n in notes[:8]) if isinstance(notes, list) else ()
     if d.get("error"):
         return NodeProbe(
             node=node,
@@ -110,6 +113,7 @@ def _probe(d: dict[str, Any]) -> NodeProbe:
         raw_fio=str(d["raw_fio"]),
         raw_iostat=str(d.get("raw_iostat") or ""),
         recipe=recipe,
+        notes=said,
     )
 
 
