@@ -22,16 +22,18 @@ SCREENER = [sys.executable, "-m", "screener.cli"]
 
 
 def fio_pids(target: Path) -> list[int]:
-    """fio processes writing under ``target`` (found by argv, for the test only)."""
+    """fio processes working under ``target`` (found by argv[0] and their cwd: fio runs in
+    screener's private directory there with a relative file name; for the test only)."""
     pids = []
     for d in Path("/proc").iterdir():
         if not d.name.isdigit():
             continue
         try:
             argv = (d / "cmdline").read_bytes().split(b"\0")
+            cwd = os.readlink(d / "cwd")
         except OSError:
             continue
-        if argv and argv[0].endswith(b"fio") and any(str(target).encode() in a for a in argv):
+        if argv and argv[0].endswith(b"fio") and Path(cwd).is_relative_to(target):
             pids.append(int(d.name))
     return pids
 

@@ -4,6 +4,9 @@ and wait for its exit code, or return None so the hook runs in this process as b
 Imports only the standard library: it runs before (and instead of) the ~1 s of imports it
 exists to save. A worker that never accepted the request is a fallback (nothing ran); one
 that accepted it and then vanished is the hook's documented failure: one line, exit 0.
+A socket served by any uid but the hook's own or root's gets nothing, not one byte: the
+request carries the hook's whole environment (the database URL) and its stdio, and the
+reply is obeyed (exit 1 requeues the job).
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import contextlib
 import os
 import signal
 import socket
+import struct
 import sys
 from types import FrameType
 from typing import IO
@@ -55,6 +59,11 @@ def via_hookd(args: list[str]) -> int | None:
     try:
         sock.settimeout(ACCEPT_TIMEOUT_S)
         sock.connect(path)
+        untrusted = _untrusted(sock, path)  # before one byte of the environment leaves
+        if untrusted:
+            sock.close()
+            _fallback(untrusted)
+            return None
         request = encode_request(args, dict(os.environ), os.getcwd(), package_dir())
         # stdin, stdout, stderr: the worker writes where this process would have
         socket.send_fds(sock, [request[:4096]], [0, 1, 2])
@@ -72,6 +81,17 @@ def via_hookd(args: list[str]) -> int | None:
         _fallback(rest if word == REFUSED else f"{path}: unexpected reply {word!r}")
         return None
     return _wait(sock, stream, args[0])
+
+
+def _untrusted(sock: socket.socket, path: str) -> str:
+    """Why the server behind ``path`` may not have this hook ("" = it may): it must run as
+    this hook's uid (SlurmUser, as slurmctld runs its hooks) or root, whoever made the path."""
+    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("i2I"))
+    _pid, uid, _gid = struct.unpack("i2I", creds)  # struct ucred
+    own = os.geteuid()
+    if uid in (own, 0):
+        return ""
+    return f"{path}: served by uid {uid}, not this hook's uid ({own}) or root: not trusted"
 
 
 def _wait(sock: socket.socket, stream: IO[bytes], hook: str) -> int:

@@ -5,7 +5,9 @@ environment, working directory and stdin/stdout/stderr, its own signals and exit
 only the imports are already done. The server itself holds no engine, loop or thread, so
 a fork copies nothing that a hook could share by mistake. A worker that finds the package
 changed since the server started refuses (the hook runs in its own process) and the server
-exits so systemd restarts it on the new code.
+exits so systemd restarts it on the new code. It serves only from a directory no other
+user can write or swap (a symlink): whoever could replace the socket would be handed the
+hooks' environments.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import importlib
 import os
 import signal
 import socket
+import stat
 import struct
 import sys
 import threading
@@ -80,6 +83,26 @@ def preload() -> list[str]:
     return missing
 
 
+def check_socket_dir(path: str) -> None:
+    """OSError (one line) unless the socket's directory is a real directory (lstat: a
+    symlink is not followed), owned by this user or root and writable by nobody else:
+    another user who can write there can put their own socket in the hooks' path."""
+    where = os.path.dirname(os.path.abspath(path))
+    st = os.lstat(where)
+    own = os.geteuid()
+    if stat.S_ISLNK(st.st_mode):
+        why = f"is a symlink (to {os.readlink(where)}), not followed"
+    elif not stat.S_ISDIR(st.st_mode):
+        why = "is not a directory"
+    elif st.st_uid not in (own, 0):
+        why = f"is owned by uid {st.st_uid}, not by this user ({own}) or root"
+    elif st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        why = f"is writable by group or others (mode {stat.S_IMODE(st.st_mode):04o})"
+    else:
+        return
+    raise OSError(f"{where} {why}; serve from a directory only this user can write (0700)")
+
+
 def bind(path: str) -> socket.socket:
     """A listening socket at ``path``, mode 0600; a stale socket file is replaced, a live
     server's is not (OSError)."""
@@ -115,7 +138,9 @@ def serve(
     """Listen on ``path`` until SIGTERM/SIGINT (exit 0) or a stale worker (exit STALE);
     each worker runs its hook as ``run(argv)`` (`screener.cli.main`, passed in by the
     command: this module imports no layer above its own), sends the exit code, then calls
-    ``after(code)`` (the hook's deferred work) with the hook's stdio already let go."""
+    ``after(code)`` (the hook's deferred work) with the hook's stdio already let go. An
+    unsafe socket directory is an OSError before the ~1 s of imports."""
+    check_socket_dir(path)
     root = package_dir()
     missing = preload()
     print_ = _printer(say)
