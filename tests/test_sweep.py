@@ -1,26 +1,36 @@
 """The nightly sweep on the emulated cluster: a real sbatch job holds the idle nodes, one
-Slurm step probes each of them, screener-drained nodes are probed over SSH and resumed
-after K passing sweeps."""
+Slurm step probes each of them; screener-drained nodes are probed over SSH by the
+submitting host (the only one holding the key: no compute node has it) and resumed after
+K passing sweeps."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
+import shutil
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import select
 
+from deploy.minicluster import argv as node_argv
+from deploy.minicluster.records import Records
 from screener.probe_data import Status
 from screener.store import open_store
 from screener.store.slurm_records import SlurmRecords
+from screener.store.tables import RunRecord
 from tests.hooked_cluster import REPO, run_screener, sinfo_nodes, write_config
 from tests.test_pipeline import NOISE_SIGNALS
 
 pytestmark = pytest.mark.cluster
 
 
-def _sweep(cluster: Any, config: Path, out: Path) -> str:
+def _sweep(cluster: Any, config: Path, out: Path) -> tuple[str, str]:
+    """`screener sweep --submit --wait`: (the submitting host's log, the sweep job's)."""
     res = run_screener(
         cluster,
         config,
@@ -32,26 +42,69 @@ def _sweep(cluster: Any, config: Path, out: Path) -> str:
         cwd=out,
     )
     logs = "".join(p.read_text() for p in sorted(out.glob("slurm-*.out")))
+    for p in out.glob("slurm-*.out"):
+        p.unlink()  # the next sweep's job log alone
     assert res.returncode == 0, res.stderr + logs
-    return res.stderr + logs
+    return res.stderr, logs
+
+
+@contextlib.contextmanager
+def key_on_the_controller_only(cluster: Any, key_dir: Path) -> Iterator[Path]:
+    """A copy of the cluster's client key in ``key_dir``, hidden on every compute node (an
+    empty tmpfs over ``key_dir`` in the node's mount namespace, where its slurmd, the sweep
+    job and its steps run): only this host, the submitting one, can read it."""
+    key_dir.mkdir(mode=0o700)
+    key = key_dir / "id_ed25519"
+    shutil.copyfile(cluster.client_key, key)
+    key.chmod(0o600)
+    records = Records(cluster.state_dir)
+    holders = [records.node(n).procs["holder"].pid for n in cluster.nodes]
+    masked: list[int] = []
+    try:
+        for pid in holders:
+            mount = ["mount", "-t", "tmpfs", "-o", "size=64k,mode=0700", "nokey", str(key_dir)]
+            subprocess.run(node_argv.in_node(pid, mount), check=True, capture_output=True)
+            masked.append(pid)
+        yield key
+    finally:
+        for pid in masked:
+            umount = node_argv.in_node(pid, ["umount", "-l", str(key_dir)])
+            subprocess.run(umount, check=False, capture_output=True)
 
 
 @pytest.mark.parametrize("backend", ["cli", "pyslurm"])
 def test_sweep_drains_slow_node_then_resumes_it_after_k_passes(
     cluster: Any, tmp_path: Path, backend: str
 ) -> None:
-    """Both Slurm backends, named in the policy (issue 21)."""
+    """Both Slurm backends, named in the policy (issue 21). The client key is on the
+    submitting host only (issue 41.6): the job drains the slow node it holds with no key,
+    the submitting host probes the drained node over SSH and resumes it."""
     config = tmp_path / "screener.toml"
     db = f"sqlite:///{tmp_path}/screener.db"
     slurm = {"backend": backend, "partition_max_drain_fraction": 0.5}
-    write_config(config, cluster, db, tmp_path / "log", sweep={"resume_after": 2}, slurm=slurm)
+    with key_on_the_controller_only(cluster, tmp_path / "key") as key:
+        transport = {"client_keys": [str(key)]}
+        write_config(
+            config, cluster, db, tmp_path / "log",
+            sweep={"resume_after": 2}, slurm=slurm, transport=transport,
+        )  # fmt: skip
+        on_node = cluster.ssh(cluster.nodes[1], "test", "-e", str(key), check=False)
+        assert key.is_file() and on_node.returncode == 1, on_node  # here, not on a node
+        _resumed_after_k_passes(cluster, config, db, tmp_path, backend)
+
+
+def _resumed_after_k_passes(
+    cluster: Any, config: Path, db: str, tmp_path: Path, backend: str
+) -> None:
     slow = cluster.nodes[0]
     cluster.inject(slow, "slow_read", "20M")
 
-    log = _sweep(cluster, config, tmp_path)
+    submitter, job = _sweep(cluster, config, tmp_path)
+    log = submitter + job
     node = sinfo_nodes(cluster)[slow]
     assert "DRAIN" in node["state_flags"] and node["reason"].startswith("screener: rd"), log
-    assert "holds " in log and f"drained {slow}" in log
+    assert "holds " in job and f"drained {slow}" in job
+    assert "no screener-drained idle node to probe" in submitter, log  # judged by the job
     assert set(re.findall(r"slurm backend (\w+)", log)) == {backend}, log
     with open_store(db) as store:
         run = store.latest_runs(1)[0]
@@ -70,18 +123,28 @@ def test_sweep_drains_slow_node_then_resumes_it_after_k_passes(
         assert [e[0] for e in SlurmRecords(store).episodes(slow)] == ["sweep"]
 
     cluster.heal(slow)
-    log = _sweep(cluster, config, tmp_path)
-    assert f"screener-drained idle nodes probed over SSH: {slow}" in log
-    assert f"{slow}: passed 1 of 2 sweeps; stays drained" in log
+    submitter, job = _sweep(cluster, config, tmp_path)
+    log = submitter + job
+    job_says = f"drained nodes {slow} are probed by the submitting host"
+    assert job_says in job and "probed over SSH" not in job, log
+    assert f"screener-drained idle nodes probed over SSH from this host: {slow}" in submitter
+    assert f"{slow}: passed 1 of 2 sweeps; stays drained" in submitter, log
     assert "DRAIN" in sinfo_nodes(cluster)[slow]["state_flags"]
 
-    log = _sweep(cluster, config, tmp_path)
-    assert f"resumed {slow}: passed 2 consecutive sweeps" in log
+    submitter, job = _sweep(cluster, config, tmp_path)
+    assert f"resumed {slow}: passed 2 consecutive sweeps" in submitter, submitter + job
     assert "DRAIN" not in sinfo_nodes(cluster)[slow]["state_flags"]
     with open_store(db) as store:
         assert [e.action for e in store.node_events(slow)] == ["resume", "drain", "drain_pending"]
         (episode,) = SlurmRecords(store).episodes(slow)
         assert episode[2] is not None  # closed at the resume
+        with store.engine.connect() as conn:
+            runs = conn.execute(select(RunRecord.policy).order_by(RunRecord.id)).scalars().all()
+    # five sweep runs: the job's three held every idle node with the local transport and no
+    # key; the submitting host's two probed the drained node over SSH with its key
+    kinds = [(r["transport"]["kind"], r["transport"]["client_keys"]) for r in runs]
+    key = [str(tmp_path / "key" / "id_ed25519")]
+    assert kinds == [("local", [])] * 2 + [("asyncssh", key), ("local", []), ("asyncssh", key)]
 
 
 def test_sweep_with_the_database_down_spools_and_drains_nobody(
@@ -94,7 +157,7 @@ def test_sweep_with_the_database_down_spools_and_drains_nobody(
     slow = cluster.nodes[0]
     cluster.inject(slow, "slow_read", "20M")
     try:
-        log = _sweep(cluster, config, tmp_path)
+        log = "".join(_sweep(cluster, config, tmp_path))
     finally:
         cluster.heal(slow)
     assert "database unavailable (cannot connect to database" in log

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -108,21 +109,25 @@ def test_dry_run_sweep_drains_nobody_resumes_nobody_records_both(site: dict[str,
     state = sinfo_nodes(cluster)
     assert "DRAIN" not in state[slow]["state_flags"], log  # not drained ...
     assert "DRAIN" in state[healed]["state_flags"], log  # ... nor resumed
-    assert "dry run (nobody drained nor resumed)" in log.split("holds ", 1)[1].splitlines()[0]
+    first = re.search(r"sweep job \S+ holds \S+: (.*)", log)  # the job's first line
+    assert first and first[1].startswith("dry run (nobody drained nor resumed)"), log
     with open_store(site["db"]) as store:
-        run = store.latest_runs(1)[0]
-        assert run.trigger.value == "sweep"
+        # the job's run (held nodes), then the submitting host's (the drained node, by SSH)
+        drained_run, job_run = store.latest_runs(2)
+        assert drained_run.trigger.value == job_run.trigger.value == "sweep"
         would = {
-            n: [(e.action, e.slurm_reason) for e in store.node_events(n) if e.run_id == run.id]
+            n: [(e.action, e.slurm_reason, e.run_id) for e in store.node_events(n) if e.run_id]
             for n in (healed, slow)
         }
-        assert [a for a, _ in would[healed]] == ["would_resume"], would
-        ((action, reason),) = would[slow]
+        assert [(a, r) for a, _, r in would[healed][:1]] == [("would_resume", drained_run.id)]
+        ((action, reason, run_id),) = would[slow]
         assert action == "would_drain" and reason and reason.startswith("screener: rd"), would
-    show = run_screener(cluster, site["config"], "show", str(run.id))
-    assert show.returncode == 0, show.stderr
-    assert "sweep mode: dry run (nobody drained nor resumed)" in show.stdout, show.stdout
-    assert "would_drain" in show.stdout and "would_resume" in show.stdout, show.stdout
+        assert run_id == job_run.id, would
+    for run, action in ((job_run, "would_drain"), (drained_run, "would_resume")):
+        show = run_screener(cluster, site["config"], "show", str(run.id))
+        assert show.returncode == 0, show.stderr
+        assert "sweep mode: dry run (nobody drained nor resumed)" in show.stdout, show.stdout
+        assert action in show.stdout, show.stdout
 
 
 def _tighten_each_round(

@@ -1,5 +1,6 @@
 """The sweep's pure parts (issue 25): the mode passed to the job as arguments, the --wait
-bound over deep_max_rounds, refusals before submitting, and the deep steady-state note."""
+bound over deep_max_rounds, refusals before submitting, and the deep steady-state note;
+which side probes which node (issue 41.6: the job never over SSH)."""
 
 from __future__ import annotations
 
@@ -8,11 +9,14 @@ from pathlib import Path
 import pytest
 
 from screener.cli import main
-from screener.hooks.sweep_step import srun_probe_argv
+from screener.hooks.sweep import batch_policy
+from screener.hooks.sweep_drained import screener_drained
+from screener.hooks.sweep_step import NOT_HELD, not_held, srun_probe_argv
 from screener.hooks.sweep_submit import SweepMode, submit_argv, wait_timeout_s
-from screener.policy import Policy, SweepPolicy
+from screener.policy import Policy, SweepPolicy, TransportPolicy
 from screener.probe.fio import policy_jobs, probe_duration_s
 from screener.probe_data import FioJobResult, NodeProbe, RunSummary, Status, Verdict
+from screener.slurm import SlurmNode
 from screener.steady import annotate, settled
 
 REPO = Path(__file__).resolve().parents[1]
@@ -53,6 +57,36 @@ def test_a_script_that_drops_its_arguments_is_refused_before_submitting(
     assert main(["sweep", "--wait"]) == 1
     assert "--wait and --script go with --submit" in capsys.readouterr().err
     assert '"$@"' in (REPO / "jobs" / "sweep.sbatch").read_text()
+
+
+def test_the_job_opens_no_ssh_and_the_submitter_probes_only_its_own_idle_drains() -> None:
+    """The job screens with the local transport and no key; a node it does not hold is
+    UNKNOWN (never reached over SSH); the submitting host probes an idle node only if its
+    reason is still the one screener recorded, and not the nodes the job held."""
+    keyed = Policy(transport=TransportPolicy(client_keys=("/etc/screener/id_ed25519",)))
+    job = batch_policy(keyed)
+    assert (job.transport.kind, job.transport.client_keys) == ("local", ())
+    assert job.transport.command_timeout_s == keyed.transport.command_timeout_s
+    refused = not_held(["n1", "n2"], {"n1"}, "recipe1")
+    assert list(refused) == ["n2"]
+    probe = refused["n2"].last
+    assert not probe.usable and probe.error == f"n2: {NOT_HELD}" and probe.recipe == "recipe1"
+
+    ours = "screener: rd 0.05x peers r42"
+    idle_drain, busy_drain = frozenset({"IDLE", "DRAIN"}), frozenset({"ALLOCATED", "DRAIN"})
+    every = {
+        n.name: n
+        for n in (
+            SlurmNode("n1", idle_drain, ours),  # ours, idle: probed
+            SlurmNode("n2", idle_drain, "RMA 42"),  # an admin changed the reason
+            SlurmNode("n3", busy_drain, ours),  # still runs a job
+            SlurmNode("n4", idle_drain, ours),  # the job held it (drained it just now)
+            SlurmNode("n5", idle_drain, ours),  # no screener drain on record
+            SlurmNode("n6", frozenset({"IDLE"})),
+        )
+    }
+    recorded = {"n1": ours, "n2": ours, "n3": ours, "n4": ours, "n5": None}
+    assert screener_drained(every, recorded, exclude={"n4"}) == ["n1"]
 
 
 def _read(node: str, mb_s: float) -> NodeProbe:

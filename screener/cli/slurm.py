@@ -40,7 +40,11 @@ def register(sub: Subparsers) -> None:
     rel.add_argument("job_id")
     rel.set_defaults(handler=release)
     sw = sub.add_parser("sweep", help="nightly sweep (inside jobs/sweep.sbatch, or --submit it)")
-    sw.add_argument("--submit", action="store_true", help="sbatch the sweep over idle nodes")
+    sw.add_argument(
+        "--submit",
+        action="store_true",
+        help="sbatch the sweep over idle nodes; probe screener-drained ones from here (SSH)",
+    )
     sw.add_argument("--script", help=f"with --submit: sweep batch script (default {SWEEP_SCRIPT})")
     sw.add_argument("--wait", action="store_true", help="with --submit: wait for the sweep")
     sw.add_argument("--deep", action="store_true", help="SNIA-style steady-state rounds")

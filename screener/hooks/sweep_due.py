@@ -2,11 +2,12 @@
 never idle is never held by a sweep, so after ``max_age_h`` without a sweep verdict (and
 sweeps running that long) the sweep soft-drains it: ``DRAIN`` with its own reason ("TAG
 due for its check: ..."), so running jobs finish and no new one starts. Once idle, the
-next sweep probes it over SSH as it does every screener-drained idle node; if it passes it
-is resumed at once (not after ``resume_after`` sweeps: it was never found slow); if it is
-slow its drain becomes an ordinary slow drain (reason and episode), resumed by the usual
-rule. A dry run records ``would_drain`` instead. Never more than the partition guard's
-room (``partition_max_drain_fraction`` less the drains within its window), oldest first.
+next sweep's submitting host probes it over SSH as every screener-drained idle node
+(hooks/sweep_drained.py); if it passes it is resumed at once (not after ``resume_after``
+sweeps: it was never found slow); if it is slow its drain becomes an ordinary slow drain
+(reason and episode), resumed by the usual rule. A dry run records ``would_drain``
+instead. Never more than the partition guard's room (``partition_max_drain_fraction`` less
+the drains within its window), oldest first.
 """
 
 from __future__ import annotations

@@ -1,23 +1,22 @@
-"""How the sweep probes: the nodes its job holds by one Slurm step (``srun screener probe
---local --json`` on each: Slurm is the fan-out), the others (screener-drained, idle) over
-the transport. A pipeline.Prober, so the sweep runs the screen's own loop (judging,
-confirmation, keep_file, SIGTERM handling in app.run_screen)."""
+"""How the sweep job probes: the nodes it holds by one Slurm step (``srun screener probe
+--local --json`` on each: Slurm is the fan-out), and nothing else: the job runs on a compute
+node, which holds no SSH key (screener-drained nodes are probed by the submitting host,
+hooks/sweep_drained.py). A pipeline.Prober, so the sweep runs the screen's own loop
+(judging, confirmation, keep_file, SIGTERM handling in app.run_screen)."""
 
 from __future__ import annotations
 
-import asyncio
 import socket
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 
 from screener.errors import ScreenerError
 from screener.hooks.probe_json import parse_node_lines
 from screener.hostlist import fold_nodes
-from screener.pipeline import ProbeLocks, Rounds, TransportProber
+from screener.pipeline import Rounds
 from screener.policy import Policy
 from screener.probe.fio import layout_timeout_s, policy_jobs, probe_duration_s, recipe_fingerprint
 from screener.probe_data import NodeProbe
-from screener.transport.base import Transport
 from screener.transport.local import LocalTransport
 
 STEP_SLACK_S = 120.0  # on top of the probe time bound, for srun to start its tasks
@@ -69,15 +68,26 @@ def step_results(stdout: str, nodes: Sequence[str], recipe: str | None = None) -
     return out
 
 
+NOT_HELD = "not held by the sweep job: a compute node reaches other nodes only through Slurm"
+
+
+def not_held(nodes: Sequence[str], held: Collection[str], recipe: str) -> dict[str, Rounds]:
+    """Per node outside ``held``, one UNKNOWN round saying why it was not probed. Pure."""
+    return {
+        n: Rounds((NodeProbe(node=n, error=f"{n}: {NOT_HELD}", error_kind="probe", recipe=recipe),))
+        for n in nodes
+        if n not in held
+    }
+
+
 class StepProber:
-    """Held nodes by a Slurm step, the others over ``transport`` (with node locks)."""
+    """Held nodes by a Slurm step; any other node is refused (UNKNOWN), never reached over
+    SSH: the job's host must not need the key that reaches every node."""
 
     def __init__(
         self,
         held: Sequence[str],
-        transport: Transport,
         policy: Policy,
-        locks: ProbeLocks | None,
         deep: bool,
         config: str | None,
         log: Callable[[str], None],
@@ -87,7 +97,6 @@ class StepProber:
         self.deep = deep
         self.config = config
         self.log = log
-        self.ssh = TransportProber(transport, policy, locks=locks, deep=deep)
         self.local = LocalTransport()  # srun runs here, cancellable, with the run tag
 
     async def probe(
@@ -97,14 +106,13 @@ class StepProber:
         stop_at: float | None,
         jobs: Sequence[str] | None = None,
     ) -> dict[str, Rounds]:
-        """The step runs the whole recipe on held nodes (``jobs`` is for the others): the
-        sweep confirms in full, as it probes in full."""
+        """The step runs the whole recipe on held nodes (``jobs`` is ignored): the sweep
+        confirms in full, as it probes in full."""
         held = [n for n in nodes if n in self.held]
-        others = [n for n in nodes if n not in self.held]
-        by_step, by_ssh = await asyncio.gather(
-            self._step(held), self.ssh.probe(others, round_no, stop_at, jobs)
-        )
-        return {**by_step, **by_ssh}
+        refused = not_held(nodes, self.held, recipe_fingerprint(self.policy.probe))
+        if refused:
+            self.log(f"{fold_nodes(list(refused))}: not held by this job, not probed (no SSH here)")
+        return {**refused, **await self._step(held)}
 
     async def _step(self, nodes: Sequence[str]) -> dict[str, Rounds]:
         recipe = recipe_fingerprint(self.policy.probe)
@@ -132,4 +140,3 @@ class StepProber:
                 await self.local.run(socket.gethostname(), argv, timeout=slack)
             except ScreenerError as exc:  # best effort: the verdicts are already made
                 self.log(f"probe files not removed on {fold_nodes(held)}: {exc}")
-        await self.ssh.cleanup([n for n in nodes if n not in self.held])

@@ -1,6 +1,8 @@
 """`screener sweep --submit`: sbatch jobs/sweep.sbatch over the idle nodes, with every option
 that changes what the sweep does passed to the job as arguments (the job never reads the
-submitter's environment for them); and the mode the job then runs in."""
+submitter's environment for them); and the mode the job then runs in. The submitting host
+(the controller) also probes the screener-drained idle nodes over SSH: it holds the key, the
+job's compute node does not (hooks/sweep_drained.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from screener.policy import Policy
 from screener.process import run_command
 from screener.slurm import SlurmNode, select_client
 
-QUEUE_SLACK_S = 600.0  # --wait: the job may queue, the DB and SSH probes need their time
+QUEUE_SLACK_S = 600.0  # --wait: the job may queue, the DB and its bookkeeping need their time
 ROLLING_SLACK_S = 60.0  # a rolling job's time limit: both rounds' bound plus bookkeeping
 PASSES_ARGS = '"$@"'  # a sweep script must hand its arguments on to `screener sweep`
 
@@ -126,24 +128,47 @@ def check_script(script: str, mode: SweepMode) -> None:
 def submit_sweep(
     policy: Policy, script: str, wait: bool, mode: SweepMode, log: Callable[[str], None]
 ) -> int:
-    """Submit the sweep script over the idle nodes with ``mode``; sbatch's exit status."""
+    """Submit the sweep script over the idle nodes with ``mode``; then (nightly, not rolling)
+    probe the screener-drained idle nodes from here over SSH (hooks/sweep_drained.py): after
+    the job with ``wait``, while it runs without. sbatch's exit status."""
     check_script(script, mode)
     client, why = select_client(policy.slurm)
     nodes = idle_nodes(client.nodes(), policy.sweep.partition)
-    if not nodes:
-        log("no idle node to hold: nothing submitted")
-        return 0
-    if mode.rolling:
+    if mode.rolling:  # the held nodes only: drained ones wait for the nightly sweep
         from screener.hooks.sweep_rolling import due_nodes, rolling_argv, time_limit_min
 
+        if not nodes:
+            log("no idle node to hold: nothing submitted")
+            return 0
         nodes = due_nodes(policy, nodes, datetime.now(UTC), log)
         if not nodes:
             return 0
         minutes = time_limit_min(2 * step_timeout_s(policy, mode.deep) + ROLLING_SLACK_S)
         nice = policy.sweep.rolling_nice
         argv = rolling_argv(nodes, script, wait, nice, minutes, mode.job_args())
-    else:
+        return _sbatch(argv, nodes, why, policy, mode, wait, log)
+    status = 0
+    if nodes:
         argv = submit_argv(nodes, script, wait, mode.job_args())
+        status = _sbatch(argv, nodes, why, policy, mode, wait, log)
+    else:
+        log("no idle node to hold: nothing submitted")
+    from screener.hooks.sweep_drained import sweep_drained
+
+    sweep_drained(policy, client, mode, nodes, log)  # the job's nodes were judged there
+    return status
+
+
+def _sbatch(
+    argv: Sequence[str],
+    nodes: Sequence[str],
+    why: str,
+    policy: Policy,
+    mode: SweepMode,
+    wait: bool,
+    log: Callable[[str], None],
+) -> int:
+    """Run sbatch (``wait``: until the job ended); its exit status, logged."""
     log(f"submitting the sweep over {fold_nodes(nodes)} ({why}): {mode.describe(policy)}")
     res = run_command(argv, timeout=wait_timeout_s(policy, mode.deep) if wait else 60.0)
     if res.exit_status != 0:
