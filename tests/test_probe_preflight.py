@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -167,3 +168,18 @@ def test_script_sees_the_existing_probe_file(tmp_path: Path) -> None:
     (tmp_path / ".screener" / PROBE_FILE).write_bytes(b"\1" * (3 * 2**20))
     done = subprocess.run(preflight_argv(str(tmp_path)), capture_output=True, text=True)
     assert "probe_file_kib=3072" in done.stdout.splitlines()
+
+
+def test_a_target_another_user_owns_is_refused_in_one_line(tmp_path: Path) -> None:
+    """Its owner could rename screener's directory away and plant a link in its place: the
+    probe refuses it (UNKNOWN with the reason), and a root-owned target is fine."""
+    target = tmp_path / "theirs"
+    target.mkdir()
+    os.chown(target, 65534, 65534)
+    done = subprocess.run(preflight_argv(str(target)), capture_output=True, text=True, timeout=60)
+    with pytest.raises(ProbeError, match=r"^local: probe target .* is owned by uid 65534, not "):
+        parse_preflight(done.stdout, done.returncode, "local", policy(str(target), 1, 1))
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path)  # root's link to root's directory: fine
+    done = subprocess.run(preflight_argv(str(link)), capture_output=True, text=True, timeout=60)
+    assert parse_preflight(done.stdout, done.returncode, "local", policy(str(link), 1, 1))

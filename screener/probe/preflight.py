@@ -37,6 +37,9 @@ echo "fio=$p"
 echo "iostat=$(command -v iostat 2>/dev/null)"
 if [ -e "$t" ]; then echo "target_exists=1"; else echo "target_exists=0"; fi
 if [ -d "$t" ]; then echo "target_dir=1"; else echo "target_dir=0"; fi
+echo "uid=$(id -u)"
+echo "target_owner=$(stat -L -c %u -- "$t" 2>/dev/null)"
+if [ -L "$t" ]; then echo "target_link_owner=$(stat -c %u -- "$t" 2>/dev/null)"; fi
 echo "fstype=$(stat -f -c %T "$t" 2>/dev/null)"
 echo "df=$(df -Pk "$t" 2>/dev/null | tail -n 1)"
 o="$t/$5"
@@ -127,6 +130,17 @@ def parse_preflight(text: str, exit_code: int, node: str, policy: ProbePolicy) -
         raise ProbeError(node, f"probe target {target} does not exist")
     if values.get("target_dir") != "1":
         raise ProbeError(node, f"probe target {target} is not a directory")
+    # A target another user owns is theirs to swap (rename our directory away, put a link
+    # in its place); output without these keys (or a failed stat) says nothing either way.
+    owners = {values.get("target_owner", ""), values.get("target_link_owner", "")}
+    mine = ("0", values.get("uid", "0"))
+    if bad := sorted(o for o in owners if o.isdigit() and o not in mine):
+        raise ProbeError(
+            node,
+            f"probe target {target} (or its link) is owned by uid {bad[0]}, not root or the "
+            f"probe user (uid {values.get('uid', '?')}): refused, its owner could swap what "
+            "it holds; make it root's or the probe user's",
+        )
     notes = planted_notes(text, node)
     if values.get("private") == "0" and any(n.endswith(": refused") for n in notes):
         raise ProbeError(node, notes[-1].removeprefix(f"{node}: "))
