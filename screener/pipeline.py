@@ -316,20 +316,6 @@ class TransportProber:
         await remove_probe_files(self.transport, nodes, self.policy)
 
 
-async def probe_all(
-    transport: Transport,
-    nodes: Sequence[str],
-    policy: Policy,
-    round_no: int,
-    on_done: NodeDone | None = None,
-    stop_at: float | None = None,
-    locks: ProbeLocks | None = None,
-) -> list[NodeProbe]:
-    """Probe every node in parallel, order kept (one round each; see probe_all_rounds)."""
-    got = await probe_all_rounds(transport, nodes, policy, round_no, on_done, stop_at, locks)
-    return [r.last for r in got]
-
-
 async def probe_all_rounds(
     transport: Transport,
     nodes: Sequence[str],

@@ -34,13 +34,6 @@ def check_limit(value: int, option: str = "--limit") -> int:
     return value
 
 
-def check_days(value: float, option: str = "--days") -> float:
-    """A window in days: finite, > 0 and at most MAX_DAYS (nan, inf and 1e10 are refused)."""
-    if not (math.isfinite(value) and 0 < value <= MAX_DAYS):
-        raise ConfigError(f"{option} must be > 0 and <= {MAX_DAYS:g}, got {_num(value)}")
-    return value
-
-
 def check_count(value: int, option: str, minimum: int = 1) -> int:
     """A count option (e.g. --min-transitions) within minimum..MAX_LIMIT."""
     if not minimum <= value <= MAX_LIMIT:

@@ -1,6 +1,9 @@
-"""Prolog side of the fast path's sentinel (issue 28): run it on every fresh node at once,
-judge each against the node's own usual seq read, and start in-job iostat on the same
-connections when the whole allocation stays on the fast path."""
+"""Prolog side of the fast path's sentinel (issue 28): run it on every fresh node at once
+and judge each against the node's own usual read: by default a dd read judged against the
+node's own earlier dd readings (``prolog.sentinel_reader = "dd"``; a node with too few
+of them reads with fio, against its usual fio seq read, and learns a dd reading beside
+it). Start in-job iostat on the same connections when the whole allocation stays on the
+fast path."""
 
 from __future__ import annotations
 
