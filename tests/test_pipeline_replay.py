@@ -43,6 +43,8 @@ class ReplayTransport:
 
     async def run(self, host: str, argv: Sequence[str], *, timeout: float) -> CommandResult:
         what = argv[3] if argv[0] == "sh" else argv[0]
+        if what == "screener-probe":  # in the private directory: sh ... DIR fio ...
+            what = argv[5]
         self.calls.append((host, what))
         if host in self.raising:
             raise RuntimeError("surprise from a transport")
