@@ -103,17 +103,8 @@ ior:
 	  ./bootstrap && ./configure --prefix=/opt/ior && $(MAKE) -j2 && $(MAKE) install && rm -rf $$src; \
 	fi
 
-# The suite in two runs: first the few tests that change machine-wide state (marker
-# `serial`: /run/sshd moved aside, /tmp/.screener replaced), alone; then the rest on
-# TEST_WORKERS pytest-xdist workers, a test file per worker at a time (--dist loadfile: a
-# module's emulated cluster stays on one worker). Each worker's clusters live in their own
-# slot (state dir, subnet, ports) and each test's PostgreSQL databases are its own, so
-# the workers share nothing else; most of the suite waits on Slurm, sshd and fio, not
-# on the CPU.
-TEST_WORKERS ?= 2
 test: deps postgres ior lint typecheck
-	$(PY) -m pytest -ra -m serial
-	$(PY) -m pytest -ra --durations=30 -n $(TEST_WORKERS) --dist loadfile -m "not serial"
+	$(PY) -m pytest -ra --durations=30
 
 unit: venv
 	$(PY) -m pytest -ra -m "not cluster and not postgres"
