@@ -36,9 +36,9 @@ from deploy.minicluster import Cluster, ClusterHandle
 from deploy.minicluster.slots import claim_slot
 from screener import __version__
 from screener.app import make_transport
-from screener.hooks.fast_sentinel import DD_READINGS_MIN, run_sentinels
 from screener.policy import load_policy
 from screener.probe.fio import recipe_fingerprint
+from screener.prolog.sentinel import DD_READINGS_MIN, run_sentinels
 from screener.store import open_store
 from tests.hooked_cluster import SCREENER, write_config
 

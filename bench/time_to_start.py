@@ -49,8 +49,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from deploy.minicluster import ClusterHandle
 from screener import __version__
-from screener.hooks.fast_sentinel import DD_READINGS_MIN
 from screener.hostlist import fold_nodes
+from screener.prolog.sentinel import DD_READINGS_MIN
 from tests.hooked_cluster import (
     PACE,
     REPO,

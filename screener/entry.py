@@ -15,7 +15,7 @@ def main() -> int:
     hook goes to `screener hookd` first when its socket is there (docs/slurm.md)."""
     if len(sys.argv) > 1 and sys.argv[1] in HOOKS:
         try:
-            from screener.hookd.client import via_hookd
+            from screener.hook_server.client import via_hookd
 
             code = via_hookd(sys.argv[1:])
         except Exception:  # the client is a shortcut: whatever breaks it, run the hook here

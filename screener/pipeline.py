@@ -261,7 +261,7 @@ class Rounds:
 class Prober(Protocol):
     """Probes nodes for one screen round (1: all, 2: suspects beside references) and
     removes the probe files after the last one. TransportProber is the default; the sweep
-    adds a Slurm step for the nodes its job holds (hooks.sweep.StepProber)."""
+    adds a Slurm step for the nodes its job holds (sweep.step.StepProber)."""
 
     async def probe(
         self,

@@ -188,8 +188,8 @@ def test_node_held_by_another_run_is_unknown_busy(db_url: str, tmp_path: Path) -
 ACTION_WORKER = """
 import json, sys
 from datetime import UTC, datetime
-from screener.hooks.actions import apply_drains, resume_node
-from screener.hooks.decide import DrainPlan
+from screener.hooks.drains import apply_drains, resume_node
+from screener.hooks.drain_rules import DrainPlan
 from screener.probe_data import Trigger
 from screener.slurm.cli_backend import CliSlurm
 from screener.store import open_store

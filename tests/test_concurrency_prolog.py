@@ -19,9 +19,9 @@ from sqlalchemy import func, select
 
 from deploy.minicluster import ClusterHandle
 from deploy.minicluster.argv import tool
-from screener.hooks.sweep import submit_argv
 from screener.store import open_store
 from screener.store.tables import EventRecord, NodeProbeRecord, NodeRecord, RunRecord
+from screener.sweep.job import submit_argv
 from tests.hooked_cluster import REPO, SCREENER, hooked_cluster, sbatch, wait_job, write_config
 
 pytestmark = pytest.mark.cluster

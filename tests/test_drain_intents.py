@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from screener.hooks.actions import apply_drains, finish_pending
-from screener.hooks.decide import DrainPlan, settle_intent
+from screener.hooks.drain_rules import DrainPlan, settle_intent
+from screener.hooks.drains import apply_drains, finish_pending
 from screener.probe_data import Trigger
 from screener.slurm.cli_backend import CliSlurm
 from screener.slurm.client import SlurmNode
@@ -109,8 +109,8 @@ def test_abandoned_intent_is_no_drain(store: Store) -> None:
 KILLER = """
 import os, signal, sys
 from datetime import UTC, datetime
-from screener.hooks.actions import apply_drains
-from screener.hooks.decide import DrainPlan
+from screener.hooks.drains import apply_drains
+from screener.hooks.drain_rules import DrainPlan
 from screener.probe_data import Trigger
 from screener.slurm.cli_backend import CliSlurm
 from screener.store import open_store
@@ -212,7 +212,7 @@ def test_a_live_runs_drain_and_a_settled_one_are_not_drained_twice(
 def test_acting_holds_the_actions_lock_reentrantly(store: Store, tmp_path: Path) -> None:
     """`acting` (prolog/sweep: decide + apply under one lock) lets apply_drains re-take it,
     while another process cannot (tests/test_concurrency.py covers the other process)."""
-    from screener.hooks.actions import acting
+    from screener.hooks.drains import acting
     from screener.store.locks import actions_lock
 
     with acting(None):

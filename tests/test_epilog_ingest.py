@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from screener.errors import ConfigError
-from screener.hooks.epilog_ingest import (
+from screener.epilog.ingest import (
     check_dir,
     comment_dir,
     ingest_after_job,
@@ -23,7 +22,8 @@ from screener.hooks.epilog_ingest import (
     owned_reader,
     pattern_dir,
 )
-from screener.hooks.hooklog import HookLog
+from screener.errors import ConfigError
+from screener.hooks.log import HookLog
 from screener.ingest.judge import Figure
 from screener.ingest.results import Phase, SourceKind
 from screener.policy import IngestPolicy, Policy, StorePolicy, policy_from_dict

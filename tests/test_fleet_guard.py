@@ -8,7 +8,7 @@ from datetime import timedelta
 
 from store_data import at, error_probe, full_probe, verdict
 
-from screener.hooks.decide import plan_drains
+from screener.hooks.drain_rules import plan_drains
 from screener.hooks.fleet_guard import FleetFigures, FleetView, fleet_view, judge_small
 from screener.policy import SlurmPolicy
 from screener.probe_data import RunSummary, Status, Trigger
@@ -162,7 +162,7 @@ def test_usual_figures_leave_out_the_run_being_judged(db_store: Store) -> None:
 
 def test_in_job_attribution_of_a_small_job_says_too_few_nodes_not_none() -> None:
     """1-2 node jobs: the epilog says it could not compare, never `in-job slow: none`."""
-    from screener.hooks.epilog_ingest import ingested_line
+    from screener.epilog.ingest import ingested_line
     from screener.hooks.injob import MIN_COMPARED, NodeJobIo, compared, outliers
     from screener.ingest.judge import JobFigures
     from screener.ingest.service import Ingested

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from screener.hooks import later
-from screener.hooks.hooklog import HookLog
 from screener.hooks.later import JobLock
+from screener.hooks.log import HookLog
 from screener.policy import Policy, policy_from_dict
 from screener.slurm.client import SlurmJob
 
@@ -101,9 +101,9 @@ def test_no_lock_where_the_spool_cannot_be_made(tmp_path: Path) -> None:
 def test_the_prolog_defers_only_with_a_lock_and_holds_it_through_the_start(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # The wiring in screener.hooks.prolog, as a hookd worker runs it: the start itself is
+    # The wiring in screener.prolog.hook, as a hookd worker runs it: the start itself is
     # replaced by a recorder (its real SSH path runs in tests/test_hookd.py on real Slurm).
-    from screener.hooks import prolog
+    from screener.prolog import hook as prolog
 
     monkeypatch.setitem(later._state, "held", True)  # as `hold()` in a worker
     started: list[tuple[str, dict[str, str], bool]] = []

@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from screener.hookd.wire import ENV_SOCKET, encode_request, package_dir, read_line
+from screener.hook_server.wire import ENV_SOCKET, encode_request, package_dir, read_line
 from tests.hooked_cluster import (
     hooked_cluster,
     job_state,

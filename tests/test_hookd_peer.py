@@ -23,8 +23,8 @@ from typing import Any
 
 import pytest
 
-from screener.hookd.client import via_hookd
-from screener.hookd.wire import ENV_SOCKET, FALLBACK_ENV
+from screener.hook_server.client import via_hookd
+from screener.hook_server.wire import ENV_SOCKET, FALLBACK_ENV
 from tests.test_prolog_failopen import JOB, SCREENER, config, hook
 
 NOBODY = 65534

@@ -162,7 +162,7 @@ def test_a_replacing_ingest_keeps_the_in_job_iostat_episode(db_store: Store) -> 
 
 
 def test_the_epilog_line_names_the_phases_too_short_to_judge() -> None:
-    from screener.hooks.epilog_ingest import ingested_line
+    from screener.epilog.ingest import ingested_line
     from screener.ingest.service import Ingested
 
     line = ingested_line(Ingested("1", judged("healthy"), "block", 7), "comment names X")

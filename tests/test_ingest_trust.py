@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from screener.hooks.epilog_ingest import ingested_line
+from screener.epilog.ingest import ingested_line
 from screener.ingest.files import load_files
 from screener.ingest.judge import JobFigures, judge_job
 from screener.ingest.layout import block_layout

@@ -25,11 +25,11 @@ from sqlalchemy import text
 
 from deploy.minicluster import ClusterHandle
 from screener.app import make_transport
-from screener.hooks.epilog import no_samples, run_epilog, stopped
-from screener.hooks.epilog_ingest import drain_outliers
-from screener.hooks.hooklog import HookLog
+from screener.epilog.hook import no_samples, run_epilog, stopped
+from screener.epilog.ingest import drain_outliers
 from screener.hooks.injob import NOT_BEGUN, NodeJobIo, outliers, private_dir, start_argv, stop_argv
 from screener.hooks.later import JobLock
+from screener.hooks.log import HookLog
 from screener.hostlist import fold_nodes
 from screener.ingest.files import load_files
 from screener.ingest.judge import judge_job

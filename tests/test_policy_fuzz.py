@@ -22,14 +22,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from screener.errors import ConfigError
-from screener.hooks.decide import drain_reason, fast_path, plan_drains
+from screener.hooks.drain_rules import drain_reason, plan_drains
 from screener.hooks.injob import NodeJobIo, outliers, start_argv
-from screener.hooks.probe_json import steady_state
 from screener.policy import Policy, load_policy, numeric_keys, policy_from_dict
 from screener.probe.fio import fio_argv, layout_argv, layout_timeout_s, probe_duration_s
 from screener.probe.iostat import iostat_argv, iostat_count
 from screener.process import run_command
+from screener.prolog.rules import fast_path
 from screener.slurm.client import check_reason
+from screener.steady import steady_state
 from screener.store import Store, open_store
 from screener.verdict.judge import evaluate
 from tests.test_verdict import fleet

@@ -21,9 +21,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from screener.hooks.hooklog import HookLog
-from screener.hooks.prolog import run_prolog
+from screener.hooks.log import HookLog
 from screener.policy import Policy, PrologPolicy
+from screener.prolog.hook import run_prolog
 
 SCREENER = str(Path(sys.executable).parent / "screener")
 SLURM_VARS = (

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from screener.errors import ConfigError
-from screener.hooks.fast_sentinel import run_sentinels
 from screener.policy import Policy, ProbePolicy, PrologPolicy
 from screener.probe.fio import fio_argv, layout_argv
 from screener.probe.sentinel import SentinelResult, judge_sentinel, sentinel_argv
+from screener.prolog.sentinel import run_sentinels
 from screener.transport.local import LocalTransport
 
 MB = 1e6

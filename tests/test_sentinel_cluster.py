@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 
 from deploy.minicluster import ClusterHandle
-from screener.hooks.fast_sentinel import DD_READINGS_MIN
 from screener.hostlist import fold_nodes
 from screener.policy import load_policy
 from screener.probe.sentinel import dd_recipe
+from screener.prolog.sentinel import DD_READINGS_MIN
 from screener.store import open_store
 from screener.store.slurm_records import SlurmRecords
 from tests.hooked_cluster import (
@@ -133,7 +133,7 @@ def test_sentinels_read_beside_the_screen_and_a_failed_one_is_probed_after_it(
     assert job["restart_cnt"] >= 1, log
     assert slow not in ran and unfresh in ran and len(ran) == NODES - 1, (ran, log)
     if site["first"] == "triage":
-        # a triage of one node gets references (hooks.triage.fresh_references): the job's
+        # a triage of one node gets references (prolog.triage.fresh_references): the job's
         # 3 fresh nodes all are, so no sentinel is left to read beside it; the slow one is
         # found by the triage itself (the bench's 8-node job keeps 3 sentinels beside)
         refs = fold_nodes(cluster.nodes[1 : NODES - 1])  # the first attempt: node[02-04]

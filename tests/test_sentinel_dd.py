@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 from screener.errors import ConfigError, ProbeError
-from screener.hooks.fast_sentinel import DD_PLAUSIBLE, DD_READINGS_MIN, run_sentinels
 from screener.policy import Policy, ProbePolicy, PrologPolicy
 from screener.probe.fio import fio_argv, layout_argv
 from screener.probe.sentinel import (
@@ -24,6 +23,7 @@ from screener.probe.sentinel import (
     parse_dd,
 )
 from screener.process import CommandResult
+from screener.prolog.sentinel import DD_PLAUSIBLE, DD_READINGS_MIN, run_sentinels
 from screener.store import Store
 from screener.store.slurm_records import SlurmRecords
 from screener.transport.local import LocalTransport

@@ -8,23 +8,24 @@ from pathlib import Path
 
 import pytest
 
-from screener.hooks.decide import (
+from screener.hooks.drain_rules import (
     absolved,
     drain_reason,
     drainable,
-    fast_path,
     may_resume,
     plan_drains,
-    selects,
 )
 from screener.hooks.injob import NodeJobIo, outliers, start_argv, stop_argv, summarize
-from screener.hooks.probe_json import node_lines, parse_node_lines, steady_state
-from screener.hooks.sweep import idle_nodes, srun_probe_argv, step_results
+from screener.hooks.job import selects
 from screener.policy import PrologPolicy, SlurmPolicy
 from screener.probe.fio import parse_fio
+from screener.probe.lines import node_lines, parse_node_lines
 from screener.probe_data import IostatSample, NodeProbe, RunSummary, Status, Verdict
+from screener.prolog.rules import fast_path
 from screener.slurm.client import SlurmJob, SlurmNode
 from screener.slurm.parse import parse_sinfo
+from screener.steady import steady_state
+from screener.sweep.job import idle_nodes, srun_probe_argv, step_results
 
 NOW = datetime(2026, 11, 22, 5, 0, tzinfo=UTC)
 FIO = Path(__file__).parent / "data" / "probe" / "fio"

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from screener.hooks.sweep_due import drain_due, due_nodes, due_reason, is_due, room
 from screener.policy import Policy, SlurmPolicy, SweepPolicy
 from screener.probe_data import RunSummary, Status, Trigger, Verdict
 from screener.slurm.cli_backend import CliSlurm
 from screener.slurm.client import SlurmNode, check_reason
 from screener.store import Store
 from screener.store.slurm_records import SlurmRecords
+from screener.sweep.due import drain_due, due_nodes, due_reason, is_due, room
 
 pytest_plugins = ["store_fixtures"]  # fixtures: db_backend, db_store, pg_dbs
 

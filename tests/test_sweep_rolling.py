@@ -6,16 +6,16 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from screener.hooks.sweep_rolling import (
+from screener.policy import Policy
+from screener.store.run_views import sweep_mode
+from screener.sweep.mode import SweepMode
+from screener.sweep.rolling import (
     ROLLING_JOB,
     pending_argv,
     rolling_argv,
     rolling_pick,
     time_limit_min,
 )
-from screener.hooks.sweep_submit import SweepMode
-from screener.policy import Policy
-from screener.store.run_views import sweep_mode
 
 NOW = datetime(2026, 11, 26, 8, 0, tzinfo=UTC)
 

@@ -9,15 +9,16 @@ from pathlib import Path
 import pytest
 
 from screener.cli import main
-from screener.hooks.sweep import batch_policy
-from screener.hooks.sweep_drained import screener_drained
-from screener.hooks.sweep_step import NOT_HELD, not_held, srun_probe_argv
-from screener.hooks.sweep_submit import SweepMode, submit_argv, wait_timeout_s
 from screener.policy import Policy, SweepPolicy, TransportPolicy
 from screener.probe.fio import policy_jobs, probe_duration_s
 from screener.probe_data import FioJobResult, NodeProbe, RunSummary, Status, Verdict
 from screener.slurm import SlurmNode
 from screener.steady import annotate, settled
+from screener.sweep.drained import screener_drained
+from screener.sweep.job import batch_policy
+from screener.sweep.mode import SweepMode, submit_argv
+from screener.sweep.step import NOT_HELD, not_held, srun_probe_argv
+from screener.sweep.submit import wait_timeout_s
 
 REPO = Path(__file__).resolve().parents[1]
 

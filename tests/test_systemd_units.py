@@ -114,7 +114,7 @@ def test_rolling_timer_submits_a_rolling_sweep_every_few_minutes() -> None:
 
 
 def test_hookd_serves_the_default_socket_as_slurmuser_and_spares_running_hooks() -> None:
-    from screener.hookd.wire import DEFAULT_SOCKET
+    from screener.hook_server.wire import DEFAULT_SOCKET
 
     service = _unit("screener-hookd.service")["Service"]
     assert service["User"] == "slurm"  # the hook runs as SlurmUser; hookd serves only its uid

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from screener.hooks.prolog import _steadiest
-from screener.hooks.triage import (
+from screener.policy import Policy, PrologPolicy
+from screener.probe.fio import policy_jobs, probe_duration_s, recipe_fingerprint
+from screener.probe.sentinel import SentinelResult
+from screener.probe_data import RunSummary, Status, Verdict
+from screener.prolog.hook import _steadiest
+from screener.prolog.triage import (
     ambiguous,
     escalation,
     fresh_references,
@@ -13,10 +17,6 @@ from screener.hooks.triage import (
     plan,
     triage_policy,
 )
-from screener.policy import Policy, PrologPolicy
-from screener.probe.fio import policy_jobs, probe_duration_s, recipe_fingerprint
-from screener.probe.sentinel import SentinelResult
-from screener.probe_data import RunSummary, Status, Verdict
 from screener.verdict.judge import evaluate
 from tests.test_verdict import POLICY, fleet
 

@@ -73,9 +73,9 @@ def test_a_triage_without_history_of_its_own_reads_the_full_probes(db_store: Sto
     """The prolog's triage is a recipe of its own; a node with no triage history is compared
     with its full-probe seq reads (pipeline.past_figures ``also``), a node with some keeps
     its own: without this, an allocation slow all at once passed its triage as OK."""
-    from screener.hooks.triage import triage_policy
     from screener.pipeline import past_figures
     from screener.policy import Policy
+    from screener.prolog.triage import triage_policy
 
     full = Policy()
     short = triage_policy(full)

@@ -5,7 +5,7 @@ which round it is from. Probes are the captured fio output scaled (tests/test_ve
 
 from __future__ import annotations
 
-from screener.hooks.decide import absolved, drain_reason, drainable
+from screener.hooks.drain_rules import absolved, drain_reason, drainable
 from screener.probe_data import RunSummary, Status
 from screener.verdict.judge import SLOW, confirm, evaluate, references, suspects
 from screener.verdict.rules import borderline_level

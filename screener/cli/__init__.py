@@ -23,7 +23,7 @@ from screener import __version__
 from screener.cli import admin, db, hookd, ingest, observe, screen, slurm, spool
 from screener.cli.common import EXIT_SLOW
 from screener.errors import ScreenerError, Terminated
-from screener.hooks.hooklog import describe_error
+from screener.hooks.log import describe_error
 
 __all__ = ["EXIT_SLOW", "main"]
 

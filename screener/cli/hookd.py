@@ -9,7 +9,7 @@ from rich.console import Console
 
 from screener.cli.common import Subparsers
 from screener.errors import ConfigError
-from screener.hookd.wire import DEFAULT_SOCKET, ENV_SOCKET
+from screener.hook_server.wire import DEFAULT_SOCKET, ENV_SOCKET
 
 
 def register(sub: Subparsers) -> None:
@@ -27,7 +27,7 @@ def register(sub: Subparsers) -> None:
 
 def run(args: argparse.Namespace, console: Console) -> int:
     from screener.cli import main
-    from screener.hookd.server import serve
+    from screener.hook_server.server import serve
     from screener.hooks import later
 
     def hook(argv: list[str]) -> int:

@@ -15,8 +15,8 @@ from rich.console import Console
 
 from screener.cli.common import Subparsers
 from screener.errors import ConfigError, SlurmError
-from screener.hookd.wire import FALLBACK_ENV
-from screener.hooks.hooklog import HookLog, describe_error
+from screener.hook_server.wire import FALLBACK_ENV
+from screener.hooks.log import HookLog, describe_error
 from screener.policy import Policy, hook_log_file, load_policy, shorten
 
 SWEEP_SCRIPT = "/opt/screener/jobs/sweep.sbatch"
@@ -97,14 +97,14 @@ def prolog(args: argparse.Namespace, console: Console) -> int:
     log = HookLog("screener prolog", policy.prolog.log_file)
     _hookd_fallback(log)
     try:
-        from screener.hooks.prolog import run_prolog
+        from screener.prolog.hook import run_prolog
 
         config = config_in_force(args.config)
         if config:  # the `screener release` helper it may start reads this very file
             os.environ["SCREENER_CONFIG"] = config
         return run_prolog(policy, _hook_env(), log)
     except Exception as exc:  # run_prolog fails open itself; this is for its import
-        from screener.hooks.prolog import _fail
+        from screener.prolog.hook import _fail
 
         return _fail(policy, log, f"internal error: {describe_error(exc)}")
 
@@ -118,7 +118,7 @@ def epilog(args: argparse.Namespace, console: Console) -> int:
     log = HookLog("screener epilog", policy.prolog.log_file)
     _hookd_fallback(log)
     try:
-        from screener.hooks.epilog import run_epilog
+        from screener.epilog.hook import run_epilog
 
         run_epilog(policy, _hook_env(), log)
     except Exception as exc:
@@ -145,8 +145,8 @@ def _unloaded(prefix: str, args: argparse.Namespace, exc: Exception, outcome: st
 
 def resume(args: argparse.Namespace, console: Console) -> int:
     from screener import app
-    from screener.hooks.actions import resume_node
-    from screener.hooks.hooklog import HookLog
+    from screener.hooks.drains import resume_node
+    from screener.hooks.log import HookLog
     from screener.hostlist import expand_nodeset
     from screener.slurm import select_client
     from screener.store.slurm_records import SlurmRecords
@@ -191,8 +191,8 @@ def config_in_force(path: str | None) -> str | None:
 
 
 def sweep(args: argparse.Namespace, console: Console) -> int:
-    from screener.hooks.hooklog import HookLog
-    from screener.hooks.sweep import SweepMode, run_sweep, submit_sweep
+    from screener.hooks.log import HookLog
+    from screener.sweep.job import SweepMode, run_sweep, submit_sweep
 
     if not args.submit and (args.wait or args.script):
         raise ConfigError("--wait and --script go with --submit (inside the job: neither)")
@@ -210,7 +210,7 @@ def sweep(args: argparse.Namespace, console: Console) -> int:
 
 
 def probe(args: argparse.Namespace, console: Console) -> int:
-    from screener.hooks.local_probe import probe_here, remove_file_here
+    from screener.run.local import probe_here, remove_file_here
 
     policy = load_policy(args.config)
     if args.remove_file:

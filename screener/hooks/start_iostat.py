@@ -6,8 +6,8 @@ import asyncio
 from collections.abc import Mapping
 
 from screener.errors import ProbeError, TransportError
-from screener.hooks.hooklog import HookLog
 from screener.hooks.injob import start_argv
+from screener.hooks.log import HookLog
 from screener.policy import Policy
 from screener.probe.facts import facts_argv, parse_facts
 from screener.probe.private import planted_notes

@@ -1,6 +1,6 @@
 """Two-phase drains in the store (issue 11): the intent ("drain_pending", exact reason)
 before ``scontrol``, the drain (+ slow episode) after, the intents no later event settled,
-and their settling by the next run. SlurmRecords inherits these; hooks/actions.py uses them.
+and their settling by the next run. SlurmRecords inherits these; hooks/drains.py uses them.
 """
 
 from __future__ import annotations

@@ -46,7 +46,7 @@ EVENT_ACTIONS = (
 )
 # Bookkeeping of two-phase drains (0004d), not actions in Slurm (so not exporter counters):
 # the intent, written before scontrol runs; a run killed after it is finished by the next
-# one (hooks.actions.finish_pending) as "drain" when Slurm shows exactly the intended
+# one (hooks.drains.finish_pending) as "drain" when Slurm shows exactly the intended
 # reason, else as "drain_abandoned".
 INTENT_ACTIONS = ("drain_pending", "drain_abandoned")
 # What the prolog decided without probing (0004f): the node passed within prolog.fresh_s, so

@@ -21,9 +21,9 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 
 from screener.errors import SlurmError, StoreError
-from screener.hooks.sweep_submit import submit_argv
 from screener.policy import Policy, database_url
 from screener.process import run_command
+from screener.sweep.mode import submit_argv
 
 ROLLING_JOB = "screener-rolling"  # its own job name: squeue tells it from the nightly sweep
 NEVER = datetime.min.replace(tzinfo=UTC)  # sort key of a node never judged: first in line

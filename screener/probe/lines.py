@@ -21,9 +21,8 @@ from screener.errors import ProbeError
 from screener.probe.fio import parse_fio
 from screener.probe.iostat import parse_iostat
 from screener.probe_data import MdStatus, NodeFacts, NodeProbe, SmartLog
-from screener.steady import steady_state
 
-__all__ = ["node_lines", "parse_node_lines", "probe_dict", "steady_state"]
+__all__ = ["node_lines", "parse_node_lines", "probe_dict"]
 
 
 def probe_dict(p: NodeProbe) -> dict[str, Any]:

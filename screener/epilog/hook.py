@@ -5,7 +5,7 @@
    samples, no fio), and open an in-job slow episode for nodes whose reads were outliers
    among the job's nodes.
 2. In-job benchmark figures: when the job names its output directory, ingest its IOR/fio
-   outputs (screener/hooks/epilog_ingest.py) and, if configured, drain in-job outliers
+   outputs (screener/epilog/ingest.py) and, if configured, drain in-job outliers
    (on a shared allocation only those step 1 found slow too: screener/ingest/trust.py).
 Never fails the job.
 """
@@ -19,10 +19,8 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 
 from screener.app import make_transport
+from screener.epilog.ingest import ingest_after_job
 from screener.errors import ProbeError, ScreenerError, TransportError
-from screener.hooks.decide import selects
-from screener.hooks.epilog_ingest import ingest_after_job
-from screener.hooks.hooklog import HookLog
 from screener.hooks.injob import (
     MIN_COMPARED,
     NOT_BEGUN,
@@ -33,8 +31,9 @@ from screener.hooks.injob import (
     stop_argv,
     summarize,
 )
+from screener.hooks.job import job_from_env, selects
 from screener.hooks.later import JobLock, remove_stale
-from screener.hooks.prolog import job_from_env
+from screener.hooks.log import HookLog
 from screener.hostlist import fold_nodes
 from screener.policy import Policy, database_url
 from screener.probe.iostat import parse_iostat

@@ -1,61 +1,22 @@
-"""Pure rules of the Slurm side: which jobs to screen, which nodes to skip, what to drain,
-when the mass-drain guard trips, and whether a drain may be resumed."""
+"""Pure drain rules of the Slurm side, shared by the prolog, the epilog and the sweep: which
+verdicts are drainable, what a drain reason says, when the mass-drain guard trips, whether a
+drain may be resumed, and whether a killed run's drain intent was carried out. (Which jobs
+to screen: hooks/job.py; which nodes the prolog skips: prolog/rules.py.)"""
 
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass
-from datetime import datetime, timedelta
 
 from screener.hooks.fleet_guard import FleetView, judge_small
 from screener.hostlist import fold_nodes
-from screener.policy import PrologPolicy, SlurmPolicy
+from screener.policy import SlurmPolicy
 from screener.probe_data import RunSummary, Status, Verdict
-from screener.slurm.client import SlurmJob, SlurmNode
+from screener.slurm.client import SlurmNode
 from screener.verdict.confirm import SHARED_CAUSE_TAG
 
 DRAINABLE = frozenset({Status.SLOW_READ, Status.SLOW_WRITE})
-
-
-def selects(job: SlurmJob, policy: PrologPolicy) -> tuple[bool, str]:
-    """Does the policy ask for this job to be screened? (yes/no, why) for the log line.
-
-    Partition list (empty = any) AND (name regex OR comment token); with neither rule
-    configured every job of the listed partitions is screened.
-    """
-    if policy.partitions and job.partition not in policy.partitions:
-        return False, f"partition {job.partition!r} not in {list(policy.partitions)}"
-    rules = []
-    if policy.job_name_regex:
-        if re.search(policy.job_name_regex, job.name):
-            return True, f"job name {job.name!r} matches {policy.job_name_regex!r}"
-        rules.append("name")
-    if policy.comment_token:
-        if policy.comment_token in re.split(r"[\s,;]+", job.comment):
-            return True, f"comment has {policy.comment_token!r}"
-        rules.append("comment")
-    if rules:
-        return False, f"job opted out ({' nor '.join(rules)} matches)"
-    return True, "every job of the partition is screened"
-
-
-def fast_path(
-    nodes: Sequence[str],
-    last_pass: Mapping[str, datetime],
-    flaky: Set[str],
-    now: datetime,
-    fresh_s: float,
-) -> tuple[list[str], list[str]]:
-    """(skip, probe): nodes that passed within ``fresh_s`` and are not flaky skip probing."""
-    skip: list[str] = []
-    probe: list[str] = []
-    for n in nodes:
-        passed = last_pass.get(n)
-        fresh = passed is not None and now - passed <= timedelta(seconds=fresh_s)
-        (skip if fresh and n not in flaky else probe).append(n)
-    return skip, probe
 
 
 def drainable(summary: RunSummary, confirm: bool) -> list[Verdict]:

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
-from screener.hookd.wire import (
+from screener.hook_server.wire import (
     ACCEPTED,
     EXIT,
     GO,
@@ -41,13 +41,14 @@ from screener.hookd.wire import (
 )
 
 # What a hook run imports, loaded by name before the first fork (the ~1 s each hook saves).
+# Only layers below this one (tests/test_layers.py checks): screener.cli is the caller's,
+# already loaded, since `screener hookd` (cli/hookd.py) is what calls serve().
 PRELOAD = (
-    "screener.cli",
-    "screener.hooks.prolog",
-    "screener.hooks.epilog",
-    "screener.hooks.fast_sentinel",
-    "screener.hooks.triage",
-    "screener.hooks.actions",
+    "screener.prolog.hook",
+    "screener.epilog.hook",
+    "screener.prolog.sentinel",
+    "screener.prolog.triage",
+    "screener.hooks.drains",
     "screener.app",
     "screener.pipeline",
     "screener.store",

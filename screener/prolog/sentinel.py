@@ -15,8 +15,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from screener.errors import ProbeError, ScreenerError, TransportError
-from screener.hooks.hooklog import HookLog
-from screener.hooks.triage import short_read_depth
+from screener.hooks.log import HookLog
 from screener.hostlist import fold_nodes
 from screener.policy import Policy
 from screener.probe.fio import parse_fio
@@ -31,6 +30,7 @@ from screener.probe.sentinel import (
     parse_dd,
     sentinel_argv,
 )
+from screener.prolog.triage import short_read_depth
 from screener.slurm.client import SlurmJob
 from screener.transport.base import Transport, check
 

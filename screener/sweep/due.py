@@ -3,7 +3,7 @@ never idle is never held by a sweep, so after ``max_age_h`` without a sweep verd
 sweeps running that long) the sweep soft-drains it: ``DRAIN`` with its own reason ("TAG
 due for its check: ..."), so running jobs finish and no new one starts. Once idle, the
 next sweep's submitting host probes it over SSH as every screener-drained idle node
-(hooks/sweep_drained.py); if it passes it is resumed at once (not after ``resume_after``
+(sweep/drained.py); if it passes it is resumed at once (not after ``resume_after``
 sweeps: it was never found slow); if it is slow its drain becomes an ordinary slow drain
 (reason and episode), resumed by the usual rule. A dry run records ``would_drain``
 instead. Never more than the partition guard's room (``partition_max_drain_fraction`` less
@@ -17,8 +17,8 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 
 from screener.errors import SlurmError, StoreError
-from screener.hooks.actions import Log
-from screener.hooks.decide import drain_reason
+from screener.hooks.drain_rules import drain_reason
+from screener.hooks.drains import Log
 from screener.policy import Policy
 from screener.probe_data import Trigger, Verdict
 from screener.slurm.client import SlurmClient, SlurmNode

@@ -27,11 +27,13 @@ from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
-from screener.errors import ConfigError, ScreenerError, SlurmError, StoreError
-from screener.hooks.decide import drainable, fast_path, selects, small_allocation
-from screener.hooks.hooklog import HookLog, describe_error
-from screener.hostlist import expand_nodeset, fold_nodes
+from screener.errors import ScreenerError, StoreError
+from screener.hooks.drain_rules import drainable, small_allocation
+from screener.hooks.job import MAX_ENV_VALUE, job_from_env, selects
+from screener.hooks.log import HookLog, describe_error
+from screener.hostlist import fold_nodes
 from screener.policy import Policy, database_url, shorten
+from screener.prolog.rules import fast_path
 from screener.slurm import SlurmClient, SlurmJob
 from screener.slurm.choose import ChosenLater
 from screener.slurm.client import check_job_id
@@ -47,41 +49,6 @@ if TYPE_CHECKING:
 EXIT_REQUEUE = 1  # non-zero from PrologSlurmctld: Slurm requeues the batch job
 # Seconds kept back from the budget for deciding, draining and recording.
 DECIDE_RESERVE_S = 2.0
-
-
-# Longest value read from a job's environment (Slurm bounds its own fields far below it):
-# a hostile or corrupt 10 MB variable is refused, not logged whole.
-MAX_ENV_VALUE = 65536
-
-
-def job_from_env(env: Mapping[str, str]) -> SlurmJob:
-    """The job PrologSlurmctld/EpilogSlurmctld describe in their environment (validated:
-    ConfigError naming the variable, never another exception type)."""
-
-    def get(name: str) -> str:
-        value = env.get(name, "")
-        if not isinstance(value, str) or len(value) > MAX_ENV_VALUE:
-            raise ConfigError(f"{name} is longer than {MAX_ENV_VALUE} characters")
-        return value
-
-    job_id, nodelist = get("SLURM_JOB_ID"), get("SLURM_JOB_NODELIST")
-    if not job_id or not nodelist:
-        raise ConfigError("SLURM_JOB_ID and SLURM_JOB_NODELIST must be set (run as a Slurm hook)")
-    try:
-        check_job_id(job_id)
-    except SlurmError:
-        raise ConfigError(f"SLURM_JOB_ID is not a Slurm job id: {shorten(job_id)!r}") from None
-    restarts = get("SLURM_JOB_RESTART_COUNT") or "0"
-    if not (restarts.isascii() and restarts.isdigit() and len(restarts) <= 9):
-        raise ConfigError(f"SLURM_JOB_RESTART_COUNT is not a count: {shorten(restarts)!r}")
-    return SlurmJob(
-        job_id=job_id,
-        nodes=tuple(expand_nodeset(nodelist)),
-        partition=get("SLURM_JOB_PARTITION"),
-        name=get("SLURM_JOB_NAME"),
-        comment=get("SLURM_JOB_COMMENT"),
-        restarts=int(restarts),
-    )
 
 
 def run_prolog(
@@ -177,11 +144,11 @@ def _screen_job(
 ) -> int:
     from screener import app
     from screener.hooks import later
-    from screener.hooks.fast_sentinel import own_dd_readings, record_dd, sentinels_beside
     from screener.hooks.start_iostat import start_job_iostat
-    from screener.hooks.triage import escalation, plan, triage_policy, with_references
     from screener.probe.fio import recipe_fingerprint
     from screener.probe_data import Status, Trigger
+    from screener.prolog.sentinel import own_dd_readings, record_dd, sentinels_beside
+    from screener.prolog.triage import escalation, plan, triage_policy, with_references
     from screener.store.slurm_records import SlurmRecords
 
     pp = policy.prolog
@@ -192,7 +159,7 @@ def _screen_job(
     statuses: dict[str, str] = {}
     flaky: set[str] = set()
     if records is not None:
-        from screener.hooks.actions import finish_pending
+        from screener.hooks.drains import finish_pending
 
         now = datetime.now(UTC)
         finish_pending(client, records, now, log, nodes=job.nodes)  # a killed run's drains
@@ -330,7 +297,7 @@ def _escalate(
     healthy references, when the budget still holds it (both rounds); else they keep
     their verdict (or, held back, none: never drained) and the job starts, with in-job
     iostat (which waited for this)."""
-    from screener.hooks.triage import full_probe_fits
+    from screener.prolog.triage import full_probe_fits
 
     pp = policy.prolog
     if not full_probe_fits(policy, pp.budget_s - (time.monotonic() - t0) - DECIDE_RESERVE_S):
@@ -354,7 +321,7 @@ def _sentinels(
     reads like them stay on the fast path (their note says what it read); the others are
     to be probed (issue 28). All passed and ``iostat_now``: in-job iostat starts on the
     sentinel's connections."""
-    from screener.hooks.fast_sentinel import own_dd_readings, record_dd, sentinel_then_iostat
+    from screener.prolog.sentinel import own_dd_readings, record_dd, sentinel_then_iostat
 
     usual, dd_usual = _usual(policy, records, fresh), own_dd_readings(policy, records, fresh)
     results = asyncio.run(
@@ -388,8 +355,8 @@ def _with_references(
     policy: Policy, job: SlurmJob, fresh: list[str], probe: list[str], log: HookLog
 ) -> tuple[list[str], list[str]]:
     """(skip, probe): with triage on, enough of the ``fresh`` nodes (best first) join a
-    triage of too few nodes as its references (hooks.triage.fresh_references)."""
-    from screener.hooks.triage import fresh_references
+    triage of too few nodes as its references (prolog.triage.fresh_references)."""
+    from screener.prolog.triage import fresh_references
 
     refs = fresh_references(probe, fresh, len(job.nodes), policy)
     if refs:
@@ -421,7 +388,7 @@ def _usual(policy: Policy, records: SlurmRecords, fresh: list[str]) -> dict[str,
     now = datetime.now(UTC)
     usual = own_history(records.store, fresh, policy, now)
     if policy.prolog.triage:
-        from screener.hooks.triage import triage_policy
+        from screener.prolog.triage import triage_policy
 
         short = own_history(records.store, fresh, triage_policy(policy), now)
         usual = {n: usual.get(n) or short.get(n, []) for n in fresh}
@@ -458,7 +425,7 @@ def _act(
     """Log the verdicts, then drain (guarded) what the stored run found slow: the exit code.
     A small allocation waits (at most ``fleet_wait_s`` and ``left_s``) for concurrent runs'
     first rounds before the fleet judges it."""
-    from screener.hooks import actions
+    from screener.hooks import drains
     from screener.probe_data import Trigger
 
     for v in result.summary.verdicts:
@@ -469,7 +436,7 @@ def _act(
             log(f"not draining {fold_nodes(slow)}: the database does not hold this run")
         return _fail(policy, log, f"job {job.job_id}: {result.store_error or 'no database'}")
     now = datetime.now(UTC)
-    actions.close_passing(result.summary, records, now, result.run_id)
+    drains.close_passing(result.summary, records, now, result.run_id)
     todo = drainable(result.summary, policy.verdict.confirm)
     if not todo and not result.summary.shared_cause:
         return 0  # nothing to drain nor to record: no need to ask Slurm for the partition
@@ -482,11 +449,11 @@ def _act(
     )
     if todo and small_allocation(len(job.nodes), policy.slurm):
         wait = max(0.0, min(policy.slurm.fleet_wait_s, left_s))
-        actions.await_fleet(records, partition, result.run_id, policy, now, wait, log)
+        drains.await_fleet(records, partition, result.run_id, policy, now, wait, log)
     # Under the actions lock, so the partition guard counts concurrent prologs' drains; with
     # SIGTERM held, so a drain and its record go together (PrologEpilogTimeout).
-    with actions.acting(records):
-        plan = actions.decide_drains(
+    with drains.acting(records):
+        plan = drains.decide_drains(
             result.summary,
             result.run_id,
             len(job.nodes),
@@ -497,7 +464,7 @@ def _act(
             allocated=job.nodes,
         )
         with _deferred_sigterm():
-            drained = actions.apply_drains(
+            drained = drains.apply_drains(
                 plan,
                 client,
                 records,

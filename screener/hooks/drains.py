@@ -16,7 +16,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 
 from screener.errors import SlurmError, StoreError
-from screener.hooks.decide import (
+from screener.hooks.drain_rules import (
     DrainPlan,
     absolved,
     drain_reason,

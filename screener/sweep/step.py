@@ -1,7 +1,7 @@
 """How the sweep job probes: the nodes it holds by one Slurm step (``srun screener probe
 --local --json`` on each: Slurm is the fan-out), and nothing else: the job runs on a compute
 node, which holds no SSH key (screener-drained nodes are probed by the submitting host,
-hooks/sweep_drained.py). A pipeline.Prober, so the sweep runs the screen's own loop
+sweep/drained.py). A pipeline.Prober, so the sweep runs the screen's own loop
 (judging, confirmation, keep_file, SIGTERM handling in app.run_screen)."""
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ import sys
 from collections.abc import Callable, Collection, Sequence
 
 from screener.errors import ScreenerError
-from screener.hooks.probe_json import parse_node_lines
 from screener.hostlist import fold_nodes
 from screener.pipeline import Rounds
 from screener.policy import Policy
 from screener.probe.fio import layout_timeout_s, policy_jobs, probe_duration_s, recipe_fingerprint
+from screener.probe.lines import parse_node_lines
 from screener.probe_data import NodeProbe
 from screener.transport.local import LocalTransport
 

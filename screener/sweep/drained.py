@@ -1,11 +1,11 @@
 """The nightly sweep's controller side: `screener sweep --submit` probes the idle nodes that
 screener drained over SSH from the submitting host, which holds the key that reaches every
 node. A drained node cannot run a job step, and the sweep job runs on a compute node that
-holds no key (hooks/sweep.py), so this is the only sweep that reaches them.
+holds no key (sweep/job.py), so this is the only sweep that reaches them.
 
 Their own run (trigger ``sweep``, the sweep's mode stored with it), judged as a screen:
 beside the fleet's recent figures (``verdict.fleet_window_h``; with ``--wait``, after the
-job, beside tonight's). Then a node soft-drained for its check (hooks/sweep_due.py) is
+job, beside tonight's). Then a node soft-drained for its check (sweep/due.py) is
 resumed at once if it passed, or becomes an ordinary slow drain if slow; a node drained as
 slow is resumed once it passed ``sweep.resume_after`` consecutive sweeps, if its reason is
 still screener's. A dry run resumes nobody and records ``would_resume``.
@@ -18,10 +18,8 @@ from datetime import UTC, datetime
 
 from screener import app
 from screener.errors import StoreError
-from screener.hooks import actions
-from screener.hooks.decide import may_resume
-from screener.hooks.sweep_due import is_due, make_slow
-from screener.hooks.sweep_submit import SweepMode
+from screener.hooks import drains
+from screener.hooks.drain_rules import may_resume
 from screener.hostlist import fold_nodes
 from screener.pipeline import ProbeLocks, ScreenResult, TransportProber
 from screener.policy import Policy, database_url
@@ -29,6 +27,8 @@ from screener.probe_data import RunSummary, Status, Trigger, Verdict
 from screener.slurm import SlurmClient, SlurmNode
 from screener.store import Store, open_store
 from screener.store.slurm_records import SlurmRecords
+from screener.sweep.due import is_due, make_slow
+from screener.sweep.mode import SweepMode
 from screener.transport.base import Transport
 
 Log = Callable[[str], None]
@@ -130,7 +130,7 @@ class DrainedSweep:
                 self._maybe_resume(records, result.run_id, v.node, v.status)
 
     def _checked(self, records: SlurmRecords, run_id: int, v: Verdict, summary: RunSummary) -> bool:
-        """A node soft-drained for its check (hooks/sweep_due.py), probed now: resumed at
+        """A node soft-drained for its check (sweep/due.py), probed now: resumed at
         once if it passed, an ordinary slow drain if slow. False for any other drain."""
         if not is_due(records.screener_reason(v.node), self.policy.slurm.tag):
             return False
@@ -139,7 +139,7 @@ class DrainedSweep:
             current = self.client.nodes([v.node])  # the reason *now*, not at sweep start
             if current:
                 why = "passed the check it was due"
-                actions.resume_node(
+                drains.resume_node(
                     current[0], self.client, records, now, run_id, why, self.dry_run, self.log
                 )
         elif v.status in (Status.SLOW_READ, Status.SLOW_WRITE) and not self.dry_run:
@@ -168,7 +168,7 @@ class DrainedSweep:
         why = f"passed {passes} consecutive sweeps"
         now = datetime.now(UTC)
         dry = self.dry_run
-        actions.resume_node(current[0], self.client, records, now, run_id, why, dry, self.log)
+        drains.resume_node(current[0], self.client, records, now, run_id, why, dry, self.log)
         recorded = records.screener_reason(node)
         if dry and may_resume(current[0], recorded)[0]:
             records.store.record_event(node, "would_resume", why, now, run_id, recorded)

@@ -25,9 +25,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from screener.errors import ConfigError, ScreenerError
-from screener.hooks.actions import acting, apply_drains
-from screener.hooks.decide import plan_drains
-from screener.hooks.hooklog import HookLog
+from screener.hooks.drain_rules import plan_drains
+from screener.hooks.drains import acting, apply_drains
+from screener.hooks.log import HookLog
 from screener.ingest.files import MAX_BYTES, outputs_near
 from screener.ingest.judge import TOO_SHORT, Figure, JobFigures
 from screener.ingest.layout import SlurmLayout

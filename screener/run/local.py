@@ -6,9 +6,9 @@ from __future__ import annotations
 import asyncio
 import socket
 
-from screener.hooks.probe_json import node_lines
 from screener.pipeline import probe_node, remove_probe_files
 from screener.policy import Policy
+from screener.probe.lines import node_lines
 from screener.steady import deep_rounds
 from screener.transport.local import LocalTransport
 

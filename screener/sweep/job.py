@@ -4,9 +4,9 @@ idle nodes, on a compute node, which holds no SSH key.
 The held nodes are probed by a Slurm step on each of them (``srun screener probe --local
 --json``: Slurm is the fan-out) and nothing is reached over SSH: the job's screen runs with
 the local transport, and screener-drained idle nodes (they cannot run a job step) are left
-to the submitting host (`screener sweep --submit`, hooks/sweep_drained.py), which holds the
+to the submitting host (`screener sweep --submit`, sweep/drained.py), which holds the
 key; the job's log names them. The probing, judging and confirmation are the screen's own
-loop (app.run_screen with the sweep's prober, hooks.sweep_step): run tag, SIGTERM handling,
+loop (app.run_screen with the sweep's prober, sweep.step): run tag, SIGTERM handling,
 spool, keep_file. Slow held nodes are drained (guarded); a dry run drains nobody and stores
 ``would_drain`` events.
 
@@ -22,12 +22,8 @@ from datetime import UTC, datetime
 
 from screener import app
 from screener.errors import ConfigError, StoreError
-from screener.hooks import actions
-from screener.hooks.hooklog import HookLog
-from screener.hooks.sweep_drained import drained_idle
-from screener.hooks.sweep_due import drain_due
-from screener.hooks.sweep_step import StepProber, srun_probe_argv, step_results
-from screener.hooks.sweep_submit import SweepMode, idle_nodes, submit_argv, submit_sweep
+from screener.hooks import drains
+from screener.hooks.log import HookLog
 from screener.hostlist import expand_nodeset, fold_nodes
 from screener.pipeline import ProbeLocks, ScreenResult
 from screener.policy import Policy, database_url
@@ -35,6 +31,11 @@ from screener.probe_data import Trigger
 from screener.slurm import SlurmClient, SlurmNode, select_client
 from screener.store import Store, open_store
 from screener.store.slurm_records import SlurmRecords
+from screener.sweep.drained import drained_idle
+from screener.sweep.due import drain_due
+from screener.sweep.mode import SweepMode, submit_argv
+from screener.sweep.step import StepProber, srun_probe_argv, step_results
+from screener.sweep.submit import idle_nodes, submit_sweep
 from screener.transport.base import Transport
 
 __all__ = [
@@ -117,7 +118,7 @@ class Sweep:
         records = SlurmRecords(store) if store is not None else None
         every = {n.name: n for n in self.client.nodes()}
         if records is not None and not self.mode.dry_run:  # killed runs' intents decide "ours"
-            actions.finish_pending(self.client, records, datetime.now(UTC), self.log, current=every)
+            drains.finish_pending(self.client, records, datetime.now(UTC), self.log, current=every)
         if records is not None and not self.mode.rolling:  # the nightly sweep's to probe
             drained = drained_idle(every, records, self.held)
             if drained:
@@ -156,18 +157,18 @@ class Sweep:
             log(f"{result.store_error or 'no database'}: nobody drained nor resumed this sweep")
             return
         policy, now, run_id = self.policy, datetime.now(UTC), result.run_id
-        actions.close_passing(summary, records, now, run_id)
+        drains.close_passing(summary, records, now, run_id)
         partition = [
             n.name
             for n in every.values()
             if not policy.sweep.partition or policy.sweep.partition in n.partitions
         ]
         dry_run = policy.slurm.dry_run or self.mode.dry_run
-        with actions.acting(records):  # the guard counts concurrent runs' drains
-            plan = actions.decide_drains(
+        with drains.acting(records):  # the guard counts concurrent runs' drains
+            plan = drains.decide_drains(
                 summary, run_id, len(self.held), partition, records, policy, now
             )
-            actions.apply_drains(
+            drains.apply_drains(
                 plan, self.client, records, run_id, self.trigger, self.job_id, now, dry_run, log
             )
         if dry_run and plan.guard is None:

@@ -1,95 +1,28 @@
 """`screener sweep --submit`: sbatch jobs/sweep.sbatch over the idle nodes, with every option
 that changes what the sweep does passed to the job as arguments (the job never reads the
-submitter's environment for them); and the mode the job then runs in. The submitting host
-(the controller) also probes the screener-drained idle nodes over SSH: it holds the key, the
-job's compute node does not (hooks/sweep_drained.py)."""
+submitter's environment for them; the mode and the sbatch argv: sweep/mode.py). The
+submitting host (the controller) also probes the screener-drained idle nodes over SSH: it
+holds the key, the job's compute node does not (sweep/drained.py)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
 from screener.errors import ConfigError
-from screener.hooks.sweep_step import step_timeout_s
 from screener.hostlist import fold_nodes
 from screener.policy import Policy
 from screener.process import run_command
 from screener.slurm import SlurmNode, select_client
+from screener.sweep.drained import sweep_drained
+from screener.sweep.mode import SweepMode, submit_argv
+from screener.sweep.rolling import due_nodes, rolling_argv, time_limit_min
+from screener.sweep.step import step_timeout_s
 
 QUEUE_SLACK_S = 600.0  # --wait: the job may queue, the DB and its bookkeeping need their time
 ROLLING_SLACK_S = 60.0  # a rolling job's time limit: both rounds' bound plus bookkeeping
 PASSES_ARGS = '"$@"'  # a sweep script must hand its arguments on to `screener sweep`
-
-
-@dataclass(frozen=True)
-class SweepMode:
-    """What the admin asked of this sweep: the job gets exactly this, as arguments."""
-
-    dry_run: bool = False  # decide and record (would_drain / would_resume), change nothing
-    deep: bool = False  # rounds until steady state or sweep.deep_max_rounds
-    config: str | None = None  # the policy file in force (None: built-in defaults)
-    rolling: bool = False  # the held nodes only (hooks/sweep_rolling.py)
-
-    def job_args(self) -> list[str]:
-        """`screener sweep` arguments that reproduce this mode inside the job."""
-        return [
-            *(["--config", self.config] if self.config else []),
-            *(["--dry-run"] if self.dry_run else []),
-            *(["--deep"] if self.deep else []),
-            *(["--rolling"] if self.rolling else []),
-        ]
-
-    def describe(self, policy: Policy) -> str:
-        """The job's first log line says this: 'dry run, deep (...), config /x.toml'."""
-        sw = policy.sweep
-        parts = [
-            "dry run (nobody drained nor resumed)" if self.dry_run else "live",
-            f"deep (steady over {sw.deep_window} rounds, at most {sw.deep_max_rounds})"
-            if self.deep
-            else "one round per node",
-            *(
-                ["rolling (the held nodes only: drained ones wait for the nightly sweep)"]
-                if self.rolling
-                else []
-            ),
-            f"config {self.config}" if self.config else "config: built-in defaults",
-        ]
-        return ", ".join(parts)
-
-    def as_dict(self) -> dict[str, object]:
-        """Stored with the run (runs.policy["sweep_mode"]), shown by `screener show RUN`."""
-        return {
-            "dry_run": self.dry_run,
-            "deep": self.deep,
-            "config": self.config,
-            "rolling": self.rolling,
-        }
-
-
-def submit_argv(
-    nodes: Sequence[str],
-    script: str,
-    wait: bool,
-    job_args: Sequence[str] = (),
-    name: str = "screener-sweep",
-    options: Sequence[str] = (),
-) -> list[str]:
-    """sbatch the sweep script on exactly ``nodes``, held exclusively, with ``job_args``
-    (``name`` and more sbatch ``options``: the rolling job's, hooks/sweep_rolling.py)."""
-    return [
-        "sbatch",
-        "--parsable",  # print only the job id
-        "--exclusive",  # no user job shares a node while it is probed
-        f"--nodes={len(nodes)}",
-        f"--nodelist={fold_nodes(nodes)}",  # the nodes that were idle just now
-        f"--job-name={name}",  # squeue tells the nightly sweep from a rolling one
-        *options,
-        *(["--wait"] if wait else []),  # block until the sweep ended (tests, cron)
-        script,  # a path given by the admin, passed as one argv word
-        *job_args,  # the script's own arguments: the mode, handed on to `screener sweep`
-    ]
 
 
 def idle_nodes(nodes: Sequence[SlurmNode], partition: str) -> list[str]:
@@ -129,14 +62,12 @@ def submit_sweep(
     policy: Policy, script: str, wait: bool, mode: SweepMode, log: Callable[[str], None]
 ) -> int:
     """Submit the sweep script over the idle nodes with ``mode``; then (nightly, not rolling)
-    probe the screener-drained idle nodes from here over SSH (hooks/sweep_drained.py): after
+    probe the screener-drained idle nodes from here over SSH (sweep/drained.py): after
     the job with ``wait``, while it runs without. sbatch's exit status."""
     check_script(script, mode)
     client, why = select_client(policy.slurm)
     nodes = idle_nodes(client.nodes(), policy.sweep.partition)
     if mode.rolling:  # the held nodes only: drained ones wait for the nightly sweep
-        from screener.hooks.sweep_rolling import due_nodes, rolling_argv, time_limit_min
-
         if not nodes:
             log("no idle node to hold: nothing submitted")
             return 0
@@ -153,8 +84,6 @@ def submit_sweep(
         status = _sbatch(argv, nodes, why, policy, mode, wait, log)
     else:
         log("no idle node to hold: nothing submitted")
-    from screener.hooks.sweep_drained import sweep_drained
-
     sweep_drained(policy, client, mode, nodes, log)  # the job's nodes were judged there
     return status
 

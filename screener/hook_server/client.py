@@ -20,7 +20,7 @@ import sys
 from types import FrameType
 from typing import IO
 
-from screener.hookd.wire import (
+from screener.hook_server.wire import (
     ACCEPTED,
     DEFAULT_SOCKET,
     ENV_SOCKET,

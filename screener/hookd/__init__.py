@@ -1,2 +1,0 @@
-"""`screener hookd`: a resident worker that runs slurmctld's hooks with screener already
-imported (forked per hook run), so the fast path does not pay ~1 s of imports (issue 22)."""
