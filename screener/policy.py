@@ -153,7 +153,7 @@ class PrologPolicy:
     budget_s: float = 60.0  # decide with what is done by then; keep well under the timeout
     fresh_s: float = 3600.0  # a node that passed this recently is not probed again ...
     flaky_window_s: float = 86400.0  # ... unless it had a slow episode within this window
-    # ... and unless its sentinel fails: a short QD32 O_DIRECT read of the kept probe file,
+    # ... and unless its sentinel fails: a short O_DIRECT read of the kept probe file (dd),
     # below sentinel_drop x the node's usual seq read, sends it to the full probe (issue 28).
     sentinel: bool = True
     sentinel_s: float = 0.1
