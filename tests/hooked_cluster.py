@@ -6,15 +6,19 @@ from __future__ import annotations
 import json
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from deploy.minicluster import Cluster, ClusterHandle
+from deploy.minicluster import Cluster, ClusterError, ClusterHandle
+from deploy.minicluster.procs import wait_until
 from deploy.minicluster.slots import claim_slot
 
 REPO = Path(__file__).resolve().parents[1]
 SCREENER = REPO / ".venv" / "bin" / "screener"
+T = TypeVar("T")
+# Slurm job states of a job that has not finished yet
+ACTIVE = frozenset({"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED"})
 
 
 def hook_script(directory: Path, hook: str, config: Path, hookd: str = "off") -> Path:
@@ -107,16 +111,30 @@ def job_state(cluster: ClusterHandle, job_id: str) -> dict[str, Any]:
     raise AssertionError(f"job {job_id} unknown to Slurm")
 
 
+def wait_for(what: str, check: Callable[[], T | bool | None], timeout: float = 180.0) -> T:
+    """Poll a real condition until it holds (its truthy value), backing off from 20 ms to
+    0.25 s between polls (procs.wait_until); AssertionError naming ``what`` at the timeout."""
+    try:
+        return wait_until(what, check, time.monotonic() + timeout)  # type: ignore[arg-type]
+    except ClusterError as exc:
+        raise AssertionError(str(exc)) from None
+
+
 def wait_job(cluster: ClusterHandle, job_id: str, timeout: float = 240.0) -> dict[str, Any]:
     """Poll until the job has finished (COMPLETED/FAILED/CANCELLED...); its last record."""
-    deadline = time.monotonic() + timeout
     job: dict[str, Any] = {}
-    while time.monotonic() < deadline:
+
+    def done() -> dict[str, Any] | None:
+        nonlocal job
         job = job_state(cluster, job_id)
-        if job["job_state"] not in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING"):
-            return job
-        time.sleep(1.0)
-    raise AssertionError(f"job {job_id} did not finish in {timeout:g}s: {job.get('job_state')}")
+        return job if job["job_state"] not in ACTIVE else None
+
+    try:
+        return wait_for(f"job {job_id} to finish", done, timeout)
+    except AssertionError:
+        raise AssertionError(
+            f"job {job_id} did not finish in {timeout:g}s: {job.get('job_state')}"
+        ) from None
 
 
 def sinfo_nodes(cluster: ClusterHandle) -> dict[str, dict[str, Any]]:

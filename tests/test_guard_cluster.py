@@ -9,8 +9,7 @@ while still slow and slow again is one node, not two: it is drained again.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +24,7 @@ from tests.hooked_cluster import (
     sbatch,
     sinfo_nodes,
     site_info,
+    wait_for,
     wait_job,
     write_config,
 )
@@ -74,14 +74,6 @@ def _screened_job(site: dict[str, Any], *extra: str) -> tuple[dict[str, Any], se
     return _finished(site, _submit(site, *extra))
 
 
-def _wait_for(what: str, check: Callable[[], bool], timeout: float = 180.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.5)
-
-
 def _requeued_or_done(cluster: ClusterHandle, job_id: str) -> bool:
     job = job_state(cluster, job_id)
     return bool(job["restart_cnt"] >= 1 or job["job_state"] in ("COMPLETED", "FAILED"))
@@ -107,9 +99,9 @@ def test_node_resumed_while_still_slow_is_drained_again(site: dict[str, Any]) ->
     # Slurm need not hand the resumed node out first: hold two healthy nodes with an
     # unscreened job so the 3-node screened job must take it; release them once requeued.
     blocker = sbatch(cluster, "-w", ",".join(cluster.nodes[3:]), "--wrap", "sleep 600")
-    _wait_for("the blocker to run", lambda: job_state(cluster, blocker)["job_state"] == "RUNNING")
+    wait_for("the blocker to run", lambda: job_state(cluster, blocker)["job_state"] == "RUNNING")
     job_id = _submit(site)
-    _wait_for("the requeue (or the end)", lambda: _requeued_or_done(cluster, job_id))
+    wait_for("the requeue (or the end)", lambda: _requeued_or_done(cluster, job_id))
     cluster.slurm("scancel", blocker)
     second, ran = _finished(site, job_id)
     log = site["log"].read_text()

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,7 @@ from tests.hooked_cluster import (
     run_screener,
     sbatch,
     sinfo_nodes,
+    wait_for,
     wait_job,
     write_config,
 )
@@ -104,16 +104,6 @@ def _script(out: Path, scratch: str, set_comment: bool) -> Path:
     return path
 
 
-def _wait_for(what: str, check: Any, timeout: float = 180.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = check()
-        if got:
-            return got
-        time.sleep(0.5)  # polling a real condition, bounded by the deadline
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def _query(db: Path, sql: str, *args: Any) -> list[tuple[Any, ...]]:
     if not db.exists():
         return []
@@ -139,13 +129,13 @@ def _run_job(site: dict[str, Any], nodes: list[str], slow: str | None) -> str:
         str(out / "job.%j.out"),
         str(_script(out, cluster.scratch, set_comment=not at_submit)),
     )
-    _wait_for("the job to start", lambda: (out / f"started.{job}").exists())
+    wait_for("the job to start", lambda: (out / f"started.{job}").exists())
     if slow is not None:
         cluster.inject(slow, "slow_read", SLOW)  # after the prolog passed it
     (out / f"go.{job}").touch()
     state = wait_job(cluster, job)
     assert state["job_state"] == "COMPLETED", site["log"].read_text()
-    _wait_for(
+    wait_for(
         "the epilog's ingest",
         lambda: _query(site["db"], "select id from job_ingests where job_id = ?", job),
     )
@@ -296,7 +286,7 @@ def test_epilog_says_iostat_ran_when_the_job_was_shorter_than_an_interval(
         f"job {job}: iostat ran on {fold_nodes(nodes)}; job shorter than one 60-s interval:"
         " no sample"
     )
-    _wait_for("the epilog's line", lambda: want in site["log"].read_text())
+    wait_for("the epilog's line", lambda: want in site["log"].read_text())
     assert "(not started)" not in site["log"].read_text()
 
 
@@ -312,7 +302,7 @@ def test_real_ior_job_through_the_real_hooks(site: dict[str, Any]) -> None:
     nodes = cluster.nodes[:4]
     job = submit_ior(cluster, out, nodes, "16m", 2)
     wait_ior(cluster, job, out)
-    _wait_for(
+    wait_for(
         "the epilog's ingest",
         lambda: _query(site["db"], "select id from job_ingests where job_id = ?", job),
     )

@@ -8,7 +8,6 @@ same file from an `--exclusive` job opens the episode and drains node02, as befo
 from __future__ import annotations
 
 import sqlite3
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,7 @@ from typing import Any
 import pytest
 
 from deploy.minicluster import ClusterHandle
-from tests.hooked_cluster import module_cluster, sbatch, sinfo_nodes, site_info, wait_job
+from tests.hooked_cluster import module_cluster, sbatch, sinfo_nodes, site_info, wait_for, wait_job
 
 pytestmark = pytest.mark.cluster
 
@@ -35,16 +34,6 @@ def site(hooked: tuple[ClusterHandle, Path], tmp_path: Path) -> Iterator[dict[st
     cluster, d = hooked
     yield site_info(cluster, d, tmp_path, ingest={"drain": True})
     cluster.reset()
-
-
-def _wait_for(what: str, check: Any, timeout: float = 180.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = check()
-        if got:
-            return got
-        time.sleep(0.5)  # polling a real condition, bounded by the deadline
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _query(db: str, sql: str, *args: Any) -> list[tuple[Any, ...]]:
@@ -76,7 +65,7 @@ def _made_up_job(site: dict[str, Any], *sharing: str) -> str:
         f'cp {MADE_UP / "ior-2.ranks.csv"} "{out}/ior-$SLURM_JOB_ID.ranks.csv"',
     )
     assert wait_job(cluster, job)["job_state"] == "COMPLETED"
-    _wait_for(
+    wait_for(
         "the epilog's ingest",
         lambda: _query(site["db"], "select id from job_ingests where job_id = ?", job),
     )
@@ -123,7 +112,7 @@ def test_made_up_figures_act_only_for_an_exclusive_job(site: dict[str, Any]) -> 
         f" no in-job iostat confirmation): recorded only; in-job slow {SLOW}: no episode,"
         " no drain"
     )
-    _wait_for("the untrusted line", lambda: line in log.read_text())  # the epilog's last
+    wait_for("the untrusted line", lambda: line in log.read_text())  # the epilog's last
     assert f"in-job slow: {SLOW} (recorded only)" in log.read_text()
     notes = _query(db, "select notes from job_ingests where job_id = ?", shared)[0][0]
     assert "figures not trusted for node state (shared allocation" in notes
@@ -133,6 +122,6 @@ def test_made_up_figures_act_only_for_an_exclusive_job(site: dict[str, Any]) -> 
     assert "OverSubscribe=NO" in cluster.slurm("scontrol", "show", "job", exclusive).stdout
     assert _outliers(db, exclusive) == [(SLOW,)]
     assert _episodes(db, exclusive) == [(SLOW,)]
-    node = _wait_for("the in-job drain", lambda: _drained(cluster, SLOW))
+    node = wait_for("the in-job drain", lambda: _drained(cluster, SLOW))
     assert node["reason"] == f"screener-job: rd <0.01x job {exclusive}", node
     assert f"job {exclusive}: ingested figures not trusted" not in log.read_text()

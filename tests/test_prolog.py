@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -32,6 +31,7 @@ from tests.hooked_cluster import (
     sbatch,
     seen_by_the_sweep,
     sinfo_nodes,
+    wait_for,
     wait_job,
     write_config,
 )
@@ -175,16 +175,6 @@ def test_unreachable_database_fails_open(site: dict[str, Any]) -> None:
     assert (head["kind"], head["trigger"], head["job_id"]) == ("run", "prolog", job_id)
 
 
-def _wait_for(what: str, check: Any, timeout: float = 120.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = check()
-        if got:
-            return got
-        time.sleep(0.5)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def _job_run(db: str, job_id: str) -> Any:
     with open_store(db) as store:
         return next(
@@ -211,11 +201,11 @@ def test_in_job_iostat_stored_and_node_slowed_mid_job_gets_episode(site: dict[st
         "--wrap",
         f"srun sh -c '{reader}'",
     )
-    _wait_for("the job to run", lambda: job_state(cluster, job_id)["job_state"] == "RUNNING")
+    wait_for("the job to run", lambda: job_state(cluster, job_id)["job_state"] == "RUNNING")
     cluster.inject(nodes[0], "slow_read", SLOW)  # slowed mid-job
     job = wait_job(cluster, job_id)
     assert job["job_state"] == "COMPLETED", site["log"].read_text()
-    run = _wait_for("the epilog to store in-job iostat", lambda: _job_run(site["db"], job_id))
+    run = wait_for("the epilog to store in-job iostat", lambda: _job_run(site["db"], job_id))
     with open_store(site["db"]) as store:
         probes = {p.node: p for p in store.run_probes(run.id)}
         assert set(probes) == set(nodes)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import re
 import threading
-import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -38,6 +37,7 @@ from tests.hooked_cluster import (
     run_screener,
     sbatch,
     sinfo_nodes,
+    wait_for,
     wait_job,
     write_config,
 )
@@ -275,16 +275,14 @@ def test_sweep_honours_keep_file_false(site: dict[str, Any]) -> None:
 
 def _wait_node(cluster: ClusterHandle, node: str, idle: bool, timeout: float = 120.0) -> None:
     """Poll sinfo until ``node`` runs a job (idle False) or runs none (idle True)."""
-    deadline = time.monotonic() + timeout
-    state: str | list[str] = ""
-    while time.monotonic() < deadline:
+
+    def there() -> bool:
         state = sinfo_nodes(cluster)[node]["state"]  # "allocated" (22.05) or a list
         states = {state} if isinstance(state, str) else set(state)
         busy = bool({"ALLOCATED", "MIXED", "COMPLETING"} & {s.upper() for s in states})
-        if busy != idle:
-            return
-        time.sleep(0.5)
-    raise AssertionError(f"{node} still {state} after {timeout:g}s")
+        return busy != idle
+
+    wait_for(f"{node} to be {'idle' if idle else 'busy'}", there, timeout)
 
 
 def test_a_never_idle_node_is_soft_drained_probed_once_idle_and_resumed(
