@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from deploy.minicluster.cluster import Cluster
 from screener import __version__
 from screener.app import make_transport
-from screener.pipeline import ScreenResult, screen
+from screener.pipeline import ScreenRequest, ScreenResult, screen
 from screener.policy import Policy, policy_from_dict
 from screener.store import open_store
 
@@ -50,7 +50,7 @@ def one_screen(nodes: list[str], policy: Policy, db_url: str) -> ScreenResult:
     async def go() -> ScreenResult:
         transport = make_transport(policy.transport)
         try:
-            return await screen(nodes, policy, transport, store)
+            return await screen(ScreenRequest(tuple(nodes), policy), transport, store)
         finally:
             await transport.close()
 

@@ -5,13 +5,11 @@ its event loop (run.loop); the stores for queries and for actions open here too.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
 
-from screener.pipeline import BetweenRounds, NodeDone, ScreenResult
-from screener.policy import Policy, ProbePolicy, database_url
-from screener.probe_data import Trigger
+from screener.pipeline import AfterScreen, Beside, MakeProber, ScreenRequest, ScreenResult
+from screener.policy import Policy, database_url
 from screener.run.inputs import new_run_tag, resolve_nodes, screen_policy
-from screener.run.loop import AfterScreen, Beside, MakeProber, run_loop
+from screener.run.loop import run_loop
 from screener.run.recording import recorded_run
 from screener.run.transports import make_transport
 from screener.store import Store, open_store
@@ -19,7 +17,10 @@ from screener.store.engine import describe, parse_url
 
 __all__ = [
     "AfterScreen",
+    "Beside",
     "MakeProber",
+    "ScreenRequest",
+    "ScreenResult",
     "make_transport",
     "open_for_actions",
     "open_results",
@@ -29,26 +30,9 @@ __all__ = [
 ]
 
 
-def run_screen(
-    nodes: Sequence[str],
-    policy: Policy,
-    *,
-    trigger: Trigger = Trigger.MANUAL,
-    job_id: str | None = None,
-    store_results: bool = True,
-    on_done: NodeDone | None = None,
-    between_rounds: BetweenRounds | None = None,
-    deadline_s: float | None = None,
-    store: Store | None = None,
-    db_unavailable: str | None = None,
-    after: AfterScreen | None = None,
-    prober: MakeProber | None = None,
-    run_info: Mapping[str, object] | None = None,
-    beside: Beside | None = None,
-    history_also: Sequence[ProbePolicy] = (),
-    earlier: Mapping[str, float] | None = None,
-) -> ScreenResult:
-    """Open the store (migrating the embedded SQLite on first use), then screen ``nodes``.
+def run_screen(request: ScreenRequest) -> ScreenResult:
+    """Open the store (migrating the embedded SQLite on first use), then screen
+    ``request.nodes`` (ScreenRequest says what each field asks for).
 
     A DB that cannot be reached does not stop the screen: results go to the local spool
     (screener.spool) and are replayed on a later run. SIGTERM and SIGINT stop the probes on
@@ -56,31 +40,22 @@ def run_screen(
     A caller that already holds the store passes it (``store``, left open), or says why it
     could not open it (``db_unavailable``: spool at once, no second connect timeout).
     """
+    policy = request.policy
     url = database_url(policy)
     describe(parse_url(url))  # a malformed URL is a config mistake: refuse it
     # The stored policy names the DB actually used (to_dict hides its password).
     policy = dataclasses.replace(policy, store=dataclasses.replace(policy.store, url=url))
+    request = dataclasses.replace(request, policy=policy)
     tag = new_run_tag()
     with recorded_run(
-        nodes, policy, tag, store=store, db_unavailable=db_unavailable, enabled=store_results
+        request.nodes,
+        policy,
+        tag,
+        store=request.store,
+        db_unavailable=request.db_unavailable,
+        enabled=request.store_results,
     ) as recorder:
-        result = run_loop(
-            nodes,
-            policy,
-            tag,
-            recorder,
-            trigger,
-            job_id,
-            on_done,
-            between_rounds,
-            deadline_s,
-            after,
-            prober,
-            run_info,
-            beside,
-            history_also,
-            earlier,
-        )
+        result = run_loop(request, tag, recorder)
     return result
 
 

@@ -11,9 +11,9 @@ import contextlib
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime, timedelta
-from typing import Protocol
+from dataclasses import KW_ONLY, dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Protocol
 
 from screener.errors import ProbeError, ScreenerError, StoreError, TransportError
 from screener.policy import Policy, ProbePolicy
@@ -34,8 +34,11 @@ from screener.probe_data import FleetFigure, IostatSample, NodeFacts, NodeProbe,
 from screener.steady import annotate, deep_rounds
 from screener.transport.base import CommandResult, Transport, check
 from screener.verdict.confirm import confirm_jobs, decided, decisive
-from screener.verdict.judge import confirm, evaluate, references, suspects
+from screener.verdict.judge import confirm, evaluate, judge_round2, references, suspects
 from screener.verdict.rules import borderline_level
+
+if TYPE_CHECKING:
+    from screener.store import Store
 
 
 class Clock(Protocol):
@@ -192,17 +195,14 @@ async def probe_node(
         _ok(fio_res, "fio")
         if missing := [j for j in jobs if run.job(j) is None]:
             raise ProbeError(node, f"fio output lacks job {missing[0]!r}")
-        return NodeProbe(
-            node=node,
-            seq_write=run.job("seq_write"),
-            seq_read=run.job("seq_read"),
-            rand_read=run.job("rand_read"),
-            fio_version=run.fio_version,
+        return NodeProbe.from_fio(
+            node,
+            run,
+            fio_res.stdout,
             iostat=samples,
+            raw_iostat=raw_iostat,
             facts=facts,
             duration_s=time.monotonic() - t0,
-            raw_fio=fio_res.stdout,
-            raw_iostat=raw_iostat,
             recipe=recipe_fingerprint(pp),
             notes=pre.notes,
         )
@@ -401,47 +401,97 @@ def _loop_time(stop_at: float) -> float:
     return asyncio.get_running_loop().time() + (stop_at - time.monotonic())
 
 
+# Runs inside the screen's event loop once the verdicts are in, with the same transport (its
+# SSH connections still open) and under the same SIGTERM handling: the prolog's drains and
+# in-job iostat start.
+AfterScreen = Callable[[Transport, ScreenResult], Awaitable[None]]
+# Builds the run's prober from its transport and node locks (the sweep's Slurm step);
+# None: TransportProber.
+MakeProber = Callable[[Transport, ProbeLocks | None], Prober]
+# Runs beside the screen, in its event loop and over its transport, and is awaited before
+# the after-step: the prolog's sentinels of a job's fresh nodes while the others are
+# probed. It must not raise (its own failures are its results).
+Beside = Callable[[Transport], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class ScreenRequest:
+    """One screen as its caller asks for it, passed whole from app.run_screen through
+    run.loop.run_loop to screen(), which add only what they make themselves (the run tag,
+    the recorder, the transport, the node locks). Here because its field types are.
+
+    ``nodes`` and ``policy`` are what is screened and how; the rest is optional:
+    ``trigger``/``job_id``: why (stored with the run); ``store_results``: False stores and
+    spools nothing; ``on_done``: called per probe (progress bars); ``between_rounds``:
+    awaited between round 1 and the re-probe; ``deadline_s`` bounds the whole screen (both
+    rounds): when it runs out the screen decides with what it has, and every node (or
+    re-probe) not finished is UNKNOWN, never SLOW; ``store``: the caller's open store (left
+    open), or ``db_unavailable``: why it could not open it (spool at once, no second connect
+    timeout); ``after``, ``beside``: steps in the screen's event loop (AfterScreen, Beside);
+    ``prober``: how nodes are probed (MakeProber; default: over the transport);
+    ``run_info``: stored with the run's policy (e.g. the sweep's mode); ``history_also``:
+    the recipes whose seq-read history a node without history of this one is compared with
+    (store.history.past_figures); ``earlier``: node -> a read the caller took just before /
+    its usual (the prolog's failed sentinel), a first window that lets round 1 decide
+    (verdict.confirm.decisive).
+    """
+
+    nodes: tuple[str, ...]
+    policy: Policy
+    _: KW_ONLY
+    trigger: Trigger = Trigger.MANUAL
+    job_id: str | None = None
+    store_results: bool = True
+    on_done: NodeDone | None = None
+    between_rounds: BetweenRounds | None = None
+    deadline_s: float | None = None
+    store: Store | None = None
+    db_unavailable: str | None = None
+    after: AfterScreen | None = None
+    prober: MakeProber | None = None
+    run_info: Mapping[str, object] | None = None
+    beside: Beside | None = None
+    history_also: tuple[ProbePolicy, ...] = ()
+    earlier: Mapping[str, float] | None = None
+
+
 async def screen(
-    nodes: Sequence[str],
-    policy: Policy,
+    request: ScreenRequest,
     transport: Transport,
     store: RunStore | None,
     *,
-    trigger: Trigger = Trigger.MANUAL,
-    job_id: str | None = None,
     nodeset: str = "",
     clock: Clock | None = None,
-    on_done: NodeDone | None = None,
-    between_rounds: BetweenRounds | None = None,
-    deadline_s: float | None = None,
     locks: ProbeLocks | None = None,
-    prober: Prober | None = None,
-    run_info: Mapping[str, object] | None = None,
-    history_also: Sequence[ProbePolicy] = (),
-    earlier: Mapping[str, float] | None = None,
 ) -> ScreenResult:
-    """Screen ``nodes``: probe, judge against peers and history, confirm suspects, store.
+    """Screen ``request.nodes``: probe, judge against peers and history, confirm suspects,
+    record through ``store`` (the run's: the recorder, not ``request.store``).
 
-    ``deadline_s`` bounds the whole screen (both rounds): when it runs out the screen decides
-    with what it has, and every node (or re-probe) not finished is UNKNOWN, never SLOW.
-    ``prober`` (default: over ``transport``) says how nodes are probed; ``run_info`` is
-    stored with the run's policy (e.g. the sweep's mode); ``history_also``: the recipes whose
-    seq-read history a node without history of this one is compared with (past_figures);
-    ``earlier``: node -> a read the caller took just before / its usual (the prolog's
-    failed sentinel), a first window that lets round 1 decide (verdict.confirm.decisive).
+    ``transport`` runs the probes (unless ``request.prober`` says otherwise) and ``locks``
+    keeps other runs off the nodes; ``nodeset`` is the folded node list stored with the run.
     """
+    nodes, policy = request.nodes, request.policy
     clock = clock or SystemClock()
-    prober = prober or TransportProber(transport, policy, on_done, locks)
+    if request.prober is not None:
+        prober = request.prober(transport, locks)
+    else:
+        prober = TransportProber(transport, policy, request.on_done, locks)
     t0 = time.monotonic()
-    stop_at = None if deadline_s is None else t0 + deadline_s
+    stop_at = None if request.deadline_s is None else t0 + request.deadline_s
     history: dict[str, list[float]] = {}
     fleet: list[FleetFigure] = []
     rec = _Recorder(None, None)
     if store is not None:  # a store that fails here fails the screen: nothing measured yet
-        history, fleet = past_figures(store, nodes, policy, clock.now(), history_also)
-        stored = {**policy.to_dict(), **(run_info or {})}
+        # Imported here: screener.store loads SQLAlchemy and the ORM tables, 0.5-1.5 s more
+        # (measured: `import screener.store.history` after screener.run.local, 5 runs on this
+        # 2-core machine under load) for every `screener probe --local` task of a sweep step,
+        # which imports this module and never reads history.
+        from screener.store.history import past_figures
+
+        history, fleet = past_figures(store, nodes, policy, clock.now(), request.history_also)
+        stored = {**policy.to_dict(), **(request.run_info or {})}
         run_id = store.start_run(
-            trigger, nodes, stored, job_id, nodeset or ",".join(nodes), clock.now()
+            request.trigger, nodes, stored, request.job_id, nodeset or ",".join(nodes), clock.now()
         )
         rec = _Recorder(store, run_id)
         if locks is not None:
@@ -457,12 +507,12 @@ async def screen(
         longest = [_longest(got)]
         again = suspects(summary) if policy.verdict.confirm else []
         usable = sum(1 for p in first if p.usable) if again else 0
-        if again and (sure := decisive(summary, usable, policy.verdict, earlier)):
+        if again and (sure := decisive(summary, usable, policy.verdict, request.earlier)):
             summary = decided(summary, sure)
             again = [n for n in again if n not in sure]
         if again:
-            if between_rounds is not None:
-                await between_rounds(summary)
+            if request.between_rounds is not None:
+                await request.between_rounds(summary)
             refs = references(summary, policy.verdict.confirm_references)
             wanted = [*again, *refs]
             jobs = policy_jobs(policy.probe)
@@ -477,7 +527,7 @@ async def screen(
             deep.update({n: got2[n] for n in again if got2[n].steady is not None})
             summary = confirm(
                 summary,
-                judge_round2(first, second, refs, history, fleet, policy),
+                judge_round2(first, second, refs, history, fleet, policy.verdict),
                 refs,
                 borderline_level(policy.verdict),
             )
@@ -559,83 +609,6 @@ class _Recorder:
         if self.store is not None and self.run_id is not None:
             with contextlib.suppress(ScreenerError):
                 self.store.finish_run(self.run_id, at, "failed")
-
-
-def past_figures(
-    store: RunStore,
-    nodes: Sequence[str],
-    policy: Policy,
-    now: datetime,
-    also: Sequence[ProbePolicy] = (),
-) -> tuple[dict[str, list[float]], list[FleetFigure]]:
-    """Own history (same recipe, within the age window) and the fleet's recent figures.
-    With ``also`` (for the prolog's triage: the full probe), a node with no history of this
-    recipe is compared with its history of the first of those it has: the seq read at the
-    same block size and depth, another window (the sentinel's yardstick too). Without it, a
-    triage on a fleet known only from its sweeps had no history at all."""
-    vp = policy.verdict
-    recipe = recipe_fingerprint(policy.probe)
-    history = own_history(store, nodes, policy, now)
-    for probe in also:
-        if all(history.values()):
-            break
-        other = own_history(store, nodes, replace(policy, probe=probe), now)
-        history = {n: history.get(n) or other.get(n, []) for n in nodes}
-    fleet: list[FleetFigure] = []
-    if vp.fleet_window_h > 0 and vp.fleet_max > 0:
-        window = now - timedelta(hours=vp.fleet_window_h)
-        fleet = store.read_fleet(nodes, recipe, window, vp.fleet_max)
-    return history, fleet
-
-
-def history_window(policy: Policy, now: datetime) -> tuple[str, datetime | None]:
-    """(recipe, since): which baselines count as history, like with like and not too old."""
-    vp = policy.verdict
-    since = now - timedelta(days=vp.history_max_age_days) if vp.history_max_age_days else None
-    return recipe_fingerprint(policy.probe), since
-
-
-def own_history(
-    store: RunStore, nodes: Sequence[str], policy: Policy, now: datetime
-) -> dict[str, list[float]]:
-    """Each node's baseline seq-read figures: same recipe, within the age window."""
-    recipe, since = history_window(policy, now)
-    return store.read_histories(nodes, policy.verdict.history_runs, recipe, since)
-
-
-def judge_round2(
-    first: Sequence[NodeProbe],
-    second: Sequence[NodeProbe],
-    refs: Sequence[str],
-    history: dict[str, list[float]],
-    fleet: Sequence[FleetFigure],
-    policy: Policy,
-) -> RunSummary:
-    """Judge the re-probe on round-2 figures: each suspect beside the re-probed references
-    only, never beside the other suspects (two nodes at 1/4 together dragged the round-2
-    median down and widened its spread until each passed: issue 24). The references'
-    verdicts and a round-2 shared cause come from the whole round.
-
-    Without references (every usable node was a suspect) the suspects' round-2 figures are
-    judged beside the others' round-1 figures, and confirm() says so in the reason.
-    """
-    if refs:
-        whole = evaluate(second, history, policy.verdict, fleet)
-        ref_probes = [p for p in second if p.node in refs]
-        alone = [p for p in second if p.node not in refs]
-        if len(alone) < 2 or whole.shared_cause:
-            return whole  # one suspect: the same judgement; a shared cause: the whole round's
-        own = {
-            p.node: next(
-                v
-                for v in evaluate([p, *ref_probes], history, policy.verdict, fleet).verdicts
-                if v.node == p.node
-            )
-            for p in alone
-        }
-        return replace(whole, verdicts=tuple(own.get(v.node, v) for v in whole.verdicts))
-    again = {p.node: p for p in second}
-    return evaluate([again.get(p.node, p) for p in first], history, policy.verdict, fleet)
 
 
 def _longest(got: Mapping[str, Rounds]) -> float:

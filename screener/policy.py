@@ -455,17 +455,6 @@ def _bounds_problem(key: str, value: float) -> str | None:
     )
 
 
-def numeric_keys() -> dict[str, type]:
-    """Every numeric config key ("section.key") and its type (int or float)."""
-    out: dict[str, type] = {}
-    for name, cls in _SECTIONS.items():
-        for f in dataclasses.fields(cls):
-            default = getattr(cls(), f.name)
-            if isinstance(default, int | float) and not isinstance(default, bool):
-                out[f"{name}.{f.name}"] = type(default)
-    return out
-
-
 def validate(p: Policy) -> Policy:
     """Every value checked at load time, so no command meets it later (every key named in
     its one-line message): numeric ranges first, then what ranges cannot express."""

@@ -168,6 +168,40 @@ class NodeProbe:
     recipe: str | None = None  # fingerprint of the probe recipe (history compares like with like)
     notes: tuple[str, ...] = ()  # one line each: planted names moved aside (not stored)
 
+    @classmethod
+    def from_fio(
+        cls,
+        node: str,
+        run: FioRun,
+        raw_fio: str,
+        *,
+        iostat: tuple[IostatSample, ...],
+        raw_iostat: str,
+        facts: NodeFacts | None,
+        duration_s: float,
+        recipe: str | None,
+        notes: tuple[str, ...],
+    ) -> NodeProbe:
+        """A measured probe: its figures are ``run``'s three jobs (None for one the recipe
+        did not run), its raw fio output kept for the store. The one place a probe's
+        figures are taken from a fio run: on the node (pipeline.probe_node, from the
+        commands' output) and on the sweep's side (probe.lines, re-parsing the raw output
+        a Slurm step sent, with what else it sent)."""
+        return cls(
+            node=node,
+            seq_write=run.job("seq_write"),
+            seq_read=run.job("seq_read"),
+            rand_read=run.job("rand_read"),
+            fio_version=run.fio_version,
+            iostat=iostat,
+            facts=facts,
+            duration_s=duration_s,
+            raw_fio=raw_fio,
+            raw_iostat=raw_iostat,
+            recipe=recipe,
+            notes=notes,
+        )
+
     @property
     def usable(self) -> bool:
         """True when the node produced figures to judge (not to be confused with Status.OK,

@@ -26,6 +26,11 @@ from deploy.minicluster.slots import claim_slot  # noqa: E402
 
 _ACTIVE: list[ClusterHandle] = []  # the session cluster, once it is up
 
+# The CLI prints piped tables 200 columns wide unless COLUMNS names a width; pytest-xdist's
+# workers inherit COLUMNS=80 from the runner's terminal, which wraps words the tests read.
+for _name in ("COLUMNS", "LINES"):
+    os.environ.pop(_name, None)
+
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Every test that uses the cluster fixture carries the `cluster` marker, so

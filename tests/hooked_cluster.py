@@ -204,7 +204,7 @@ def site_info(cluster: ClusterHandle, d: Path, tmp_path: Path, **sections: Any) 
 def seen_by_the_sweep(cluster: ClusterHandle, config: Path, db: str, mb_s: float = 300.0) -> None:
     """Every node's full-probe baseline of two hours ago at ``mb_s`` (PACE), as a site's
     sweeps leave it: not fresh (every prolog probes) but history, so the prolog's triage
-    has a yardstick besides the peers (pipeline.past_figures)."""
+    has a yardstick besides the peers (store.history.past_figures)."""
     from datetime import UTC, datetime, timedelta
 
     from screener.policy import load_policy

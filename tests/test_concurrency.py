@@ -66,7 +66,10 @@ async def traced(transport, node, policy, jobs=None):
 pipeline.probe_node = traced
 policy = load_policy(config)
 sys.stdin.read(1)  # the start line: every worker is up
-res = app.run_screen(nodes, policy, trigger=Trigger(trigger), job_id=job or None, deadline_s=240)
+request = app.ScreenRequest(
+    tuple(nodes), policy, trigger=Trigger(trigger), job_id=job or None, deadline_s=240
+)
+res = app.run_screen(request)
 print(json.dumps({"run": res.run_id, "error": res.store_error,
                   "verdicts": {v.node: [v.status.value, v.reason] for v in res.summary.verdicts}}))
 """
@@ -188,7 +191,7 @@ def test_node_held_by_another_run_is_unknown_busy(db_url: str, tmp_path: Path) -
 ACTION_WORKER = """
 import json, sys
 from datetime import UTC, datetime
-from screener.hooks.drains import apply_drains, resume_node
+from screener.hooks.drains import DrainContext, apply_drains, resume_node
 from screener.hooks.drain_rules import DrainPlan
 from screener.probe_data import Trigger
 from screener.slurm.cli_backend import CliSlurm
@@ -203,7 +206,8 @@ sys.stdin.read(1)
 now = datetime.now(UTC)
 if mode == "drain":
     plan = DrainPlan(drain=((node, f"screener: rd slow r{run}"),))
-    got = apply_drains(plan, client, records, run, Trigger.PROLOG, job, now, False, print)
+    ctx = DrainContext(client, records, run, Trigger.PROLOG, job, now, False, print)
+    got = apply_drains(plan, ctx)
 else:
     (current,) = client.nodes([node])
     got = resume_node(current, client, records, now, run, "race", False, print)

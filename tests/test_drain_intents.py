@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from screener.hooks.drain_rules import DrainPlan, settle_intent
-from screener.hooks.drains import apply_drains, finish_pending
+from screener.hooks.drains import DrainContext, apply_drains, finish_pending
 from screener.probe_data import Trigger
 from screener.slurm.cli_backend import CliSlurm
 from screener.slurm.client import SlurmNode
@@ -109,7 +109,7 @@ def test_abandoned_intent_is_no_drain(store: Store) -> None:
 KILLER = """
 import os, signal, sys
 from datetime import UTC, datetime
-from screener.hooks.drains import apply_drains
+from screener.hooks.drains import DrainContext, apply_drains
 from screener.hooks.drain_rules import DrainPlan
 from screener.probe_data import Trigger
 from screener.slurm.cli_backend import CliSlurm
@@ -127,8 +127,9 @@ class KilledAround(CliSlurm):
 store = open_store(db, upgrade=True)
 run = store.start_run(Trigger.PROLOG, [node], {}, "7", node, datetime.now(UTC))
 plan = DrainPlan(drain=((node, reason),))
-apply_drains(plan, KilledAround(), SlurmRecords(store), run, Trigger.PROLOG, "7",
-             datetime.now(UTC), False, print)
+ctx = DrainContext(KilledAround(), SlurmRecords(store), run, Trigger.PROLOG, "7",
+                   datetime.now(UTC), False, print)
+apply_drains(plan, ctx)
 print("not killed")
 """
 
@@ -202,7 +203,8 @@ def test_a_live_runs_drain_and_a_settled_one_are_not_drained_twice(
         )
         second = _run(store, node)
         plan = DrainPlan(drain=((node, "screener: wr 2MB/s r2"),))
-        got = apply_drains(plan, client, rec, second, Trigger.SWEEP, None, NOW, False, logs.append)
+        ctx = DrainContext(client, rec, second, Trigger.SWEEP, None, NOW, False, logs.append)
+        got = apply_drains(plan, ctx)
         assert got == [] and any("already drained by screener" in m for m in logs), logs
         assert finish_pending(client, rec, NOW, logs.append) == []  # nothing left
         assert sinfo_nodes(cluster)[node]["reason"] == "screener: wr 3MB/s r1"

@@ -96,6 +96,7 @@ def test_moved_aside_leaves_nothing_where_nothing_was(tmp_path: Path) -> None:
 
 
 @pytest.mark.fresh_machine
+@pytest.mark.serial  # moves /run/sshd aside: every other cluster's sshd needs it
 def test_cluster_comes_up_without_run_sshd_and_every_node_answers() -> None:
     """The bug a fresh machine showed: sshd exited at once ("Missing privilege separation
     directory: /run/sshd"). Move it aside, bring a cluster up, ssh to every node, put it back."""

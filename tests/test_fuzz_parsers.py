@@ -30,7 +30,8 @@ from screener.probe.iostat import parse_iostat
 from screener.probe.preflight import parse_preflight
 from screener.probe_data import IostatSample
 from screener.slurm.client import SlurmJob, SlurmNode
-from screener.slurm.parse import parse_sinfo, parse_squeue
+from screener.slurm.job_id import JobKey
+from screener.slurm.parse import parse_sinfo, parse_squeue_keyed
 
 DATA = Path(__file__).parent / "data" / "probe"
 SLURM_DATA = Path(__file__).parent / "data" / "slurm"
@@ -309,10 +310,10 @@ def check_nodes(nodes: list[SlurmNode] | None) -> None:
         assert not n.name.startswith("-") and 0 < len(n.name) <= 63
 
 
-def check_jobs(jobs: list[SlurmJob] | None) -> None:
-    if jobs is None:
+def check_jobs(keyed: list[tuple[JobKey, SlurmJob]] | None) -> None:
+    if keyed is None:
         return
-    for j in jobs:
+    for _, j in keyed:
         int(j.job_id)  # a number, whatever shape it came in
         assert isinstance(j.restarts, int) and isinstance(j.comment, str)
         assert all(not n.startswith("-") and 0 < len(n) <= 63 for n in j.nodes)
@@ -320,7 +321,7 @@ def check_jobs(jobs: list[SlurmJob] | None) -> None:
 
 def both(text: str) -> None:
     check_nodes(only_slurm_errors(parse_sinfo, text))
-    check_jobs(only_slurm_errors(parse_squeue, text))
+    check_jobs(only_slurm_errors(parse_squeue_keyed, text))
 
 
 @FUZZ
@@ -332,7 +333,7 @@ def test_fuzz_sinfo_mutated_captures(text: str) -> None:
 @FUZZ
 @given(st.one_of(mutated_json(SQUEUE_DOCS), mutated_text(SQUEUE_TEXTS)))
 def test_fuzz_squeue_mutated_captures(text: str) -> None:
-    check_jobs(only_slurm_errors(parse_squeue, text))
+    check_jobs(only_slurm_errors(parse_squeue_keyed, text))
 
 
 @FUZZ

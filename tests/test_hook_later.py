@@ -101,32 +101,35 @@ def test_no_lock_where_the_spool_cannot_be_made(tmp_path: Path) -> None:
 def test_the_prolog_defers_only_with_a_lock_and_holds_it_through_the_start(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # The wiring in screener.prolog.hook, as a hookd worker runs it: the start itself is
+    # The wiring in screener.prolog.execute, as a hookd worker runs it: the start itself is
     # replaced by a recorder (its real SSH path runs in tests/test_hookd.py on real Slurm).
-    from screener.prolog import hook as prolog
+    from screener.prolog import execute
+    from screener.prolog.plan import Deadline
 
     monkeypatch.setitem(later._state, "held", True)  # as `hold()` in a worker
     started: list[tuple[str, dict[str, str], bool]] = []
     spool = tmp_path / "spool"
 
-    async def start(
-        policy: Policy, job: SlurmJob, log: HookLog, devices: dict[str, str] | None = None
-    ) -> None:
-        held = JobLock.take(str(spool), job.job_id) is None  # the epilog would wait now
-        started.append((job.job_id, dict(devices or {}), held))
+    async def start(ctx: execute.Context, devices: dict[str, str] | None = None) -> None:
+        held = JobLock.take(str(spool), ctx.job.job_id) is None  # the epilog would wait now
+        started.append((ctx.job.job_id, dict(devices or {}), held))
 
-    monkeypatch.setattr(prolog, "_iostat_only", start)
+    def context(policy: Policy) -> execute.Context:  # no Slurm, no store: not needed here
+        deadline = Deadline(0.0, 60.0)
+        return execute.Context(policy, job, None, None, None, log, deadline, lambda _: 0)
+
+    monkeypatch.setattr(execute, "_iostat_only", start)
     job = SlurmJob("5", ("n1", "n2"))
     log = HookLog("screener prolog")
     blocker = tmp_path / "file"
     blocker.write_text("")
     no_spool = policy_from_dict({"store": {"spool_dir": str(blocker / "spool")}})
-    assert not prolog._iostat_later(no_spool, job, {}, log)  # no lock: the caller starts it
+    assert not execute._iostat_later(context(no_spool), {})  # no lock: the caller starts it
     assert log.lines[-1].startswith("in-job iostat starts before the exit: no lock in")
     assert later.run_pending(0) == 0 and started == []
 
     policy = policy_from_dict({"store": {"spool_dir": str(spool)}})
-    assert prolog._iostat_later(policy, job, {"n1": "vdb"}, log)
+    assert execute._iostat_later(context(policy), {"n1": "vdb"})
     assert JobLock.take(str(spool), "5") is None  # held from before the exit code is sent
     assert later.run_pending(0) == 1
     assert started == [("5", {"n1": "vdb"}, True)]

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from screener.errors import StoreError, TransportError
-from screener.pipeline import ScreenResult, screen
+from screener.pipeline import ScreenRequest, ScreenResult, screen
 from screener.policy import Policy, policy_from_dict
 from screener.probe.fio import recipe_fingerprint
 from screener.probe_data import Status
@@ -68,7 +68,8 @@ class ReplayTransport:
 def replay(
     transport: ReplayTransport, nodes: list[str], store: object = None, policy: Policy = POLICY
 ) -> ScreenResult:
-    return asyncio.run(screen(nodes, policy, transport, store))  # type: ignore[arg-type]
+    request = ScreenRequest(tuple(nodes), policy)
+    return asyncio.run(screen(request, transport, store))  # type: ignore[arg-type]
 
 
 NODES = [f"n{i}" for i in range(1, 7)]
@@ -170,7 +171,7 @@ def test_a_read_only_recipe_is_judged_on_its_reads() -> None:
     """The prolog's triage skips the write: its slow reader is SLOW_READ on the peer rule
     (no write/read ratio to add), healthy nodes OK, and no write figure is made up."""
     t = ReplayTransport({n: _reads_only(FIO_SLOW if n == "n3" else FIO_OK) for n in NODES})
-    result = asyncio.run(screen(NODES, READ_ONLY, t, None))  # type: ignore[arg-type]
+    result = asyncio.run(screen(ScreenRequest(tuple(NODES), READ_ONLY), t, None))  # type: ignore[arg-type]
     v = {x.node: x for x in result.summary.verdicts}
     assert v["n3"].status == Status.SLOW_READ and "peer_read" in v["n3"].signals
     assert "ratio" not in v["n3"].signals and v["n3"].ratio is None

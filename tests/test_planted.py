@@ -189,6 +189,7 @@ def _expected_stat(kind: str) -> str:
     }[kind]
 
 
+@pytest.mark.serial  # replaces /tmp/.screener, which every cluster's in-job iostat uses
 @pytest.mark.parametrize("kind", ["symlink-file", "fifo", "directory", "file"])
 def test_a_planted_in_job_iostat_parent_does_not_stop_monitoring(
     cluster: ClusterHandle, victims: dict[str, Path], kind: str

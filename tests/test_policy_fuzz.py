@@ -11,6 +11,7 @@ fleet reads with the configured limits, timeouts handed to asyncio and to subpro
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -24,7 +25,7 @@ from hypothesis import strategies as st
 from screener.errors import ConfigError
 from screener.hooks.drain_rules import drain_reason, plan_drains
 from screener.hooks.injob import NodeJobIo, outliers, start_argv
-from screener.policy import Policy, load_policy, numeric_keys, policy_from_dict
+from screener.policy import Policy, load_policy, policy_from_dict
 from screener.probe.fio import fio_argv, layout_argv, layout_timeout_s, probe_duration_s
 from screener.probe.iostat import iostat_argv, iostat_count
 from screener.process import run_command
@@ -36,6 +37,21 @@ from screener.verdict.judge import evaluate
 from tests.test_verdict import fleet
 
 HOSTILE: list[Any] = [0, -1, math.nan, math.inf, -math.inf, 1e300, 10**30]
+
+
+def numeric_keys() -> dict[str, type]:
+    """Every numeric config key ("section.key") and its type (int or float), read from the
+    defaults of Policy's sections: a key added later is fuzzed without a line here."""
+    out: dict[str, type] = {}
+    for section in dataclasses.fields(Policy):
+        defaults = getattr(Policy(), section.name)
+        for f in dataclasses.fields(defaults):
+            default = getattr(defaults, f.name)
+            if isinstance(default, int | float) and not isinstance(default, bool):
+                out[f"{section.name}.{f.name}"] = type(default)
+    return out
+
+
 KEYS = sorted(numeric_keys())
 
 

@@ -53,7 +53,8 @@ def test_beside_runs_during_the_screen_and_ends_before_the_after_step(tmp_path: 
         seen["after"] = time.monotonic()
         seen["ended before after"] = float("beside ended" in seen)
 
-    result = app.run_screen(nodes, p, beside=beside, after=after, on_done=probed)
+    request = app.ScreenRequest(tuple(nodes), p, beside=beside, after=after, on_done=probed)
+    result = app.run_screen(request)
     assert result.summary.verdicts and result.run_id is not None
     # it started before the probe ended (beside it, not after it), over the same loop
     assert seen["beside started"] < seen["probed"], seen
@@ -77,5 +78,5 @@ def test_beside_is_cancelled_when_the_screen_fails(tmp_path: Path) -> None:
         raise RuntimeError("the screen failed")
 
     with pytest.raises(RuntimeError, match="the screen failed"):
-        app.run_screen(nodes, p, beside=beside, on_done=boom)
+        app.run_screen(app.ScreenRequest(tuple(nodes), p, beside=beside, on_done=boom))
     assert got == ["cancelled"]

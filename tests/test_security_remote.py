@@ -168,7 +168,9 @@ def test_hung_sshd_and_dead_session_are_unknown_within_budget(
         t = threading.Thread(target=watcher, daemon=True)
         t.start()
         started = time.monotonic()
-        result = app.run_screen(["hung01", good, dying], policy, store_results=False)
+        result = app.run_screen(
+            app.ScreenRequest(("hung01", good, dying), policy, store_results=False)
+        )
         took = time.monotonic() - started
         t.join(5)
     by_node = {v.node: v for v in result.summary.verdicts}

@@ -54,6 +54,7 @@ def _policy(tmp_path: Path) -> Policy:
     return dataclasses.replace(Policy(), probe=probe, prolog=PrologPolicy(sentinel_s=0.2))
 
 
+@pytest.mark.serial  # two real fio timings compared: another worker's load moved one 0.25 -> 0.62x
 def test_real_fio_sentinel_reads_the_kept_file_and_fails_without_it(tmp_path: Path) -> None:
     """This machine's fio: after the probe's layout, the sentinel reads; with the file gone
     it fails (the full probe decides) and creates nothing."""

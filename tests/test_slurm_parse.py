@@ -10,7 +10,7 @@ import pytest
 from screener.errors import ConfigError, SlurmError
 from screener.slurm.cli_backend import drain_argv, release_argv, resume_argv
 from screener.slurm.client import check_reason
-from screener.slurm.parse import parse_sinfo, parse_squeue
+from screener.slurm.parse import parse_sinfo, parse_squeue_keyed
 
 DATA = Path(__file__).parent / "data" / "slurm"
 
@@ -51,14 +51,14 @@ def test_sinfo_24_11_grouped_shape() -> None:
 
 
 def test_squeue_22_05_running_job_fields() -> None:
-    jobs = {j.job_id: j for j in parse_squeue(_read("squeue_22.05_running.json"))}
+    jobs = {j.job_id: j for _, j in parse_squeue_keyed(_read("squeue_22.05_running.json"))}
     j = jobs["2"]
     assert (j.state, j.name, j.comment, j.partition) == ("RUNNING", "ior", "screener=on", "debug")
     assert j.nodes == ("node03", "node04") and j.restarts == 0
 
 
 def test_squeue_24_11_shape_lists_and_objects() -> None:
-    jobs = {j.job_id: j for j in parse_squeue(_read("squeue_24.11_shape.json"))}
+    jobs = {j.job_id: j for _, j in parse_squeue_keyed(_read("squeue_24.11_shape.json"))}
     assert jobs["525"].state == "PENDING" and jobs["525"].reason == "BeginTime"
     assert jobs["525"].restarts == 1 and jobs["525"].nodes == ()
     assert jobs["526"].comment == "x screener=on"

@@ -155,7 +155,7 @@ def test_db_stopped_mid_run_spools_then_replays_once(pg: ScratchPg, tmp_path: Pa
             pg.stop()
             stopped.append(round_no)
 
-    result = app.run_screen(nodes, p, on_done=stop_db)
+    result = app.run_screen(app.ScreenRequest(tuple(nodes), p, on_done=stop_db))
     assert result.store_error and spool.SPOOLED_NOTE in result.store_error
     (path,) = spool.spool_files(p.store.spool_dir)
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
@@ -243,7 +243,7 @@ def test_stored_policy_names_the_db_in_use_without_password(pg: ScratchPg, tmp_p
     p = local(replace(policy(tmp_path, "sqlite:////nonexistent/other.db")))
     os.environ["SCREENER_DATABASE_URL"] = pg.url
     try:
-        app.run_screen(app.resolve_nodes(None, True), p)
+        app.run_screen(app.ScreenRequest(tuple(app.resolve_nodes(None, True)), p))
     finally:
         del os.environ["SCREENER_DATABASE_URL"]
     engine = create_engine(pg.url)

@@ -8,7 +8,7 @@ from screener.policy import Policy, PrologPolicy
 from screener.probe.fio import policy_jobs, probe_duration_s, recipe_fingerprint
 from screener.probe.sentinel import SentinelResult
 from screener.probe_data import RunSummary, Status, Verdict
-from screener.prolog.hook import _steadiest
+from screener.prolog.plan import steadiest
 from screener.prolog.triage import (
     ambiguous,
     escalation,
@@ -204,4 +204,4 @@ def test_references_after_sentinels_are_those_that_read_most_as_usual() -> None:
         SentinelResult("node04", True, "ok", 330 * mb, 300 * mb),
         SentinelResult("node05", True, "no figure", None, None),
     ]
-    assert _steadiest(results) == ["node03", "node04", "node02", "node05"]
+    assert steadiest(results) == ["node03", "node04", "node02", "node05"]

@@ -12,6 +12,7 @@ from screener.policy import ProbePolicy
 from screener.probe.fio import recipe_fingerprint
 from screener.probe_data import FleetFigure, RunSummary, Status, Trigger
 from screener.store import Store
+from screener.store.history import past_figures
 
 pytest_plugins = ["store_fixtures"]  # fixtures: db_backend, db_url, empty_db_url, pg_dbs, db_store
 
@@ -71,9 +72,8 @@ def test_fleet_figures_are_other_nodes_newest_same_recipe_recent(db_store: Store
 
 def test_a_triage_without_history_of_its_own_reads_the_full_probes(db_store: Store) -> None:
     """The prolog's triage is a recipe of its own; a node with no triage history is compared
-    with its full-probe seq reads (pipeline.past_figures ``also``), a node with some keeps
+    with its full-probe seq reads (store.history.past_figures ``also``), a node with some keeps
     its own: without this, an allocation slow all at once passed its triage as OK."""
-    from screener.pipeline import past_figures
     from screener.policy import Policy
     from screener.prolog.triage import triage_policy
 

@@ -12,7 +12,7 @@ from screener.probe.facts import parse_facts
 from screener.probe.fio import layout_timeout_s, parse_fio
 from screener.probe.iostat import parse_iostat
 from screener.probe_data import FioJobResult, FleetFigure, NodeFacts, NodeProbe, SmartLog, Status
-from screener.verdict.judge import confirm, evaluate, references, suspects
+from screener.verdict.judge import confirm, evaluate, judge_round2, references, suspects
 
 DATA = Path(__file__).parent / "data" / "probe"
 OK_RUN = parse_fio((DATA / "fio" / "fio-3.33_loop_ok.json").read_text(), "cap")
@@ -293,9 +293,6 @@ def test_two_suspects_are_each_judged_beside_the_references_only() -> None:
     """Issue 24: two nodes at 1/4 at once, re-probed beside three references on a noisy
     round 2. Judged together, the pair dragged the round-2 median down and widened its
     spread until each passed ("transient"); judged each beside the references, both stay."""
-    from screener.pipeline import judge_round2
-    from screener.policy import Policy
-
     first_probes = spread(8)
     first_probes[0] = node("n01", read=750, write=2800)
     first_probes[1] = node("n02", read=800, write=2800)
@@ -309,13 +306,12 @@ def test_two_suspects_are_each_judged_beside_the_references_only() -> None:
     ]
     together = statuses(confirm(first, evaluate(second, {}, POLICY), refs))
     assert together["n01"] == Status.OK and together["n02"] == Status.OK  # the old way
-    policy = Policy(verdict=POLICY)
-    merged = confirm(first, judge_round2(first_probes, second, refs, {}, [], policy), refs)
+    merged = confirm(first, judge_round2(first_probes, second, refs, {}, [], POLICY), refs)
     got = {v.node: v for v in merged.verdicts}
     assert got["n01"].status == Status.SLOW_READ and got["n01"].confirmed
     assert got["n02"].status == Status.SLOW_READ and got["n02"].confirmed
     assert all(got[r].status == Status.OK for r in refs)
     # one suspect, or refs slow too (a shared cause in round 2): the whole round judges
     slowed = [node("n01", read=750), node("n02", read=800)] + [node(r, read=700) for r in refs]
-    shared = judge_round2(first_probes, slowed, refs, {}, [], policy)
+    shared = judge_round2(first_probes, slowed, refs, {}, [], POLICY)
     assert shared == evaluate(slowed, {}, POLICY)

@@ -50,8 +50,8 @@ def run(args: argparse.Namespace, console: Console) -> int:
     )
     nodes = app.resolve_nodes(args.nodeset, args.local)
     with terminal.progress(console, len(nodes), enabled=not args.json) as on_done:
-        result = app.run_screen(
-            nodes,
+        request = app.ScreenRequest(
+            tuple(nodes),
             policy,
             trigger=Trigger(args.trigger),
             job_id=args.job_id,
@@ -59,6 +59,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
             on_done=on_done,
             deadline_s=args.deadline,
         )
+        result = app.run_screen(request)
     for note in result.notes:  # planted names moved aside (screener.probe.private)
         print(f"screener: warning: {note}", file=sys.stderr)
     if args.json:

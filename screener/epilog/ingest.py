@@ -26,7 +26,7 @@ from pathlib import Path
 
 from screener.errors import ConfigError, ScreenerError
 from screener.hooks.drain_rules import plan_drains
-from screener.hooks.drains import acting, apply_drains
+from screener.hooks.drains import DrainContext, acting, apply_drains
 from screener.hooks.log import HookLog
 from screener.ingest.files import MAX_BYTES, outputs_near
 from screener.ingest.judge import TOO_SHORT, Figure, JobFigures
@@ -226,14 +226,7 @@ def drain_outliers(
             since = now - timedelta(seconds=policy.slurm.partition_window_s)
             recent = records.drains_since(partition, since) if todo and partition else set()
             plan = plan_drains(todo, len(job.nodes), len(partition), recent, policy.slurm)
-            return apply_drains(
-                plan,
-                client,
-                records,
-                None,
-                Trigger.JOB,
-                job.job_id,
-                now,
-                policy.slurm.dry_run,
-                log,
+            ctx = DrainContext(
+                client, records, None, Trigger.JOB, job.job_id, now, policy.slurm.dry_run, log
             )
+            return apply_drains(plan, ctx)

@@ -45,6 +45,7 @@ from screener.hook_server.wire import (
 # already loaded, since `screener hookd` (cli/hookd.py) is what calls serve().
 PRELOAD = (
     "screener.prolog.hook",
+    "screener.prolog.execute",
     "screener.epilog.hook",
     "screener.prolog.sentinel",
     "screener.prolog.triage",

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from screener.errors import SlurmError, StoreError
@@ -31,6 +31,7 @@ from screener.hostlist import fold_nodes
 from screener.policy import Policy
 from screener.probe_data import RunSummary, Status, Trigger
 from screener.slurm.client import SlurmClient, SlurmNode
+from screener.store.history import history_window
 from screener.store.locks import actions_lock
 from screener.store.slurm_records import SlurmRecords
 
@@ -93,8 +94,6 @@ def _fleet(
 ) -> FleetView:
     """The partition's figures of the last ``fleet_window_s`` against its baselines (of runs
     other than each node's newest: a burst's own figures are never their own yardstick)."""
-    from screener.pipeline import history_window  # only small allocations with a slow node
-
     window = policy.slurm.fleet_window_s
     newest = records.newest_figures(partition_nodes, now - timedelta(seconds=window))
     recipe, since = history_window(policy, now)
@@ -139,17 +138,23 @@ def await_fleet(
         log(f"fleet: runs in progress not read ({exc}): judged without their figures")
 
 
-def apply_drains(
-    plan: DrainPlan,
-    client: SlurmClient,
-    records: SlurmRecords | None,
-    run_id: int | None,
-    trigger: Trigger,
-    job_id: str | None,
-    now: datetime,
-    dry_run: bool,
-    log: Log,
-) -> list[str]:
+@dataclass(frozen=True)
+class DrainContext:
+    """Who acts on a drain plan, for which run, and how: what every drain, event and record
+    of apply_drains carries. ``records`` None: no store (nothing locked, recorded or
+    settled); ``run_id`` None: the drain belongs to no screen run (the epilog's ingest)."""
+
+    client: SlurmClient
+    records: SlurmRecords | None
+    run_id: int | None
+    trigger: Trigger
+    job_id: str | None
+    now: datetime
+    dry_run: bool
+    log: Log
+
+
+def apply_drains(plan: DrainPlan, ctx: DrainContext) -> list[str]:
     """Carry out ``plan``; returns the nodes actually drained. Every outcome is an event.
 
     With records: under the actions lock, earlier runs' pending intents are settled first,
@@ -157,29 +162,21 @@ def apply_drains(
     drained with the reason screener recorded (another run drained it meanwhile) is left
     alone; no lock or no intent recorded means no drain.
     """
+    records = ctx.records
     if records is None:
-        return _drain_all(plan, client, None, run_id, trigger, job_id, now, dry_run, log)
+        return _drain_all(plan, ctx)
     try:
         with actions_lock(records.store):
-            if not dry_run:
-                finish_pending(client, records, now, log)
-            return _drain_all(plan, client, records, run_id, trigger, job_id, now, dry_run, log)
+            if not ctx.dry_run:
+                finish_pending(ctx.client, records, ctx.now, ctx.log)
+            return _drain_all(plan, ctx)
     except StoreError as exc:  # the lock (or a read under it) failed: act on nothing
-        log(f"no drains: {exc}")
+        ctx.log(f"no drains: {exc}")
         return []
 
 
-def _drain_all(
-    plan: DrainPlan,
-    client: SlurmClient,
-    records: SlurmRecords | None,
-    run_id: int | None,
-    trigger: Trigger,
-    job_id: str | None,
-    now: datetime,
-    dry_run: bool,
-    log: Log,
-) -> list[str]:
+def _drain_all(plan: DrainPlan, ctx: DrainContext) -> list[str]:
+    client, records, run_id, now, log = ctx.client, ctx.records, ctx.run_id, ctx.now, ctx.log
     store = records.store if records is not None else None
     if plan.basis:
         log(plan.basis)
@@ -195,7 +192,7 @@ def _drain_all(
     drained: list[str] = []
     others = _drained_by_screener(client, records, [n for n, _ in plan.drain]) if records else {}
     for node, reason in plan.drain:
-        if dry_run:
+        if ctx.dry_run:
             log(f"dry-run: would drain {node} with reason {reason!r}")
             continue
         if node in others:
@@ -219,7 +216,7 @@ def _drain_all(
         log(f"drained {node}: {reason}")
         if records is not None:
             try:
-                records.record_drain(node, reason, now, run_id, trigger, job_id)  # phase 2
+                records.record_drain(node, reason, now, run_id, ctx.trigger, ctx.job_id)  # phase 2
             except StoreError as exc:  # the intent stays: the next run records the drain
                 log(f"drain of {node} not recorded yet ({exc}); the next run settles it")
     return drained

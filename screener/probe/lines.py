@@ -81,6 +81,8 @@ def parse_node_lines(text: str) -> dict[str, tuple[list[NodeProbe], bool | None]
 
 
 def _probe(d: dict[str, Any]) -> NodeProbe:
+    """One round as the node sent it (probe_dict): its error, or its raw fio and iostat
+    output parsed again here and built as every probe is (NodeProbe.from_fio)."""
     node = str(d["node"])
     facts = _facts(d.get("facts"))
     recipe = str(d["recipe"]) if d.get("recipe") else None  # what the node measured with
@@ -100,17 +102,14 @@ def _probe(d: dict[str, Any]) -> NodeProbe:
         samples = parse_iostat(d["raw_iostat"], node) if d.get("raw_iostat") else ()
     except ProbeError as exc:
         return NodeProbe(node=node, error=str(exc), error_kind="probe", recipe=recipe)
-    return NodeProbe(
-        node=node,
-        seq_write=run.job("seq_write"),
-        seq_read=run.job("seq_read"),
-        rand_read=run.job("rand_read"),
-        fio_version=run.fio_version,
+    return NodeProbe.from_fio(
+        node,
+        run,
+        str(d["raw_fio"]),
         iostat=samples,
+        raw_iostat=str(d.get("raw_iostat") or ""),
         facts=facts,
         duration_s=float(d.get("duration_s") or 0),
-        raw_fio=str(d["raw_fio"]),
-        raw_iostat=str(d.get("raw_iostat") or ""),
         recipe=recipe,
         notes=said,
     )

@@ -10,12 +10,14 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import statistics
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
 
+from screener.app import make_transport
 from screener.errors import ProbeError, ScreenerError, TransportError
 from screener.hooks.log import HookLog
+from screener.hooks.start_iostat import start_job_iostat
 from screener.hostlist import fold_nodes
 from screener.policy import Policy
 from screener.probe.fio import parse_fio
@@ -30,12 +32,11 @@ from screener.probe.sentinel import (
     parse_dd,
     sentinel_argv,
 )
-from screener.prolog.triage import short_read_depth
+from screener.prolog.triage import short_read_depth, triage_policy
 from screener.slurm.client import SlurmJob
+from screener.store.history import history_window, own_history
+from screener.store.slurm_records import SlurmRecords
 from screener.transport.base import Transport, check
-
-if TYPE_CHECKING:
-    from screener.store.slurm_records import SlurmRecords
 
 # Seconds allowed beyond the sentinel's own runtime (connect, fio start, in-flight drain):
 # a node that takes longer is not "as fast as last time", so it gets the full probe.
@@ -123,8 +124,6 @@ def own_dd_readings(
 ) -> dict[str, list[float]]:
     """Each fresh node's own dd sentinel readings (same file, block size and bound, within
     the history age window), when the sentinel reads with dd."""
-    from screener.pipeline import history_window  # the prolog imports it anyway
-
     pp = policy.prolog
     if pp.sentinel_reader != "dd":
         return {}
@@ -181,9 +180,6 @@ async def sentinel_then_iostat(
 ) -> list[SentinelResult]:
     """Sentinels on ``fresh`` (every node of the job); when they all pass and ``iostat``,
     start in-job iostat over the same connections (else the prolog starts it later)."""
-    from screener.app import make_transport
-    from screener.hooks.start_iostat import start_job_iostat
-
     transport = make_transport(policy.transport)
     try:
         results = await run_sentinels(transport, fresh, usual, policy, dd_usual)
@@ -194,23 +190,40 @@ async def sentinel_then_iostat(
         await transport.close()
 
 
-def sentinels_beside(
-    policy: Policy,
-    fresh: Sequence[str],
-    usual: Mapping[str, Sequence[float]],
-    out: list[SentinelResult],
-    dd_usual: Mapping[str, Sequence[float]] | None = None,
-) -> Callable[[Transport], Awaitable[None]]:
+@dataclass
+class SentinelsBeside:
     """The sentinels of ``fresh`` as a run_loop ``beside`` step: they read while the job's
     other nodes are probed (their I/O never meets: other nodes), over the screen's
-    transport, results into ``out``. Never raises: a surprise fails every sentinel (full
+    transport; ``results`` once it ran. Never raises: a surprise fails every sentinel (full
     probe), said in each reason."""
 
-    async def beside(transport: Transport) -> None:
+    policy: Policy
+    fresh: Sequence[str]
+    usual: Mapping[str, Sequence[float]]
+    dd_usual: Mapping[str, Sequence[float]] | None = None
+    results: list[SentinelResult] = field(default_factory=list)
+
+    async def __call__(self, transport: Transport) -> None:
         try:
-            out.extend(await run_sentinels(transport, fresh, usual, policy, dd_usual))
+            found = await run_sentinels(
+                transport, self.fresh, self.usual, self.policy, self.dd_usual
+            )
         except Exception as exc:  # a bug must not lose the screen beside it
             why = f"sentinel failed: internal error: {exc!r}"
-            out.extend(SentinelResult(n, False, why) for n in fresh)
+            found = [SentinelResult(n, False, why) for n in self.fresh]
+        self.results = list(found)
 
-    return beside
+    def failed(self) -> list[str]:
+        """The nodes whose sentinel failed (their full probe follows the screen)."""
+        return [r.node for r in self.results if not r.passed]
+
+
+def usual_reads(policy: Policy, records: SlurmRecords, fresh: list[str]) -> dict[str, list[float]]:
+    """Each fresh node's usual seq read, its sentinel's yardstick: its own baseline history
+    of the full probe, or of the triage for a node only ever triaged."""
+    now = datetime.now(UTC)
+    usual = own_history(records.store, fresh, policy, now)
+    if policy.prolog.triage:
+        short = own_history(records.store, fresh, triage_policy(policy), now)
+        usual = {n: usual.get(n) or short.get(n, []) for n in fresh}
+    return usual

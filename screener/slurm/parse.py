@@ -138,11 +138,6 @@ def parse_sinfo(text: str) -> list[SlurmNode]:
     return [found[n] for n in sorted(found)]
 
 
-def parse_squeue(text: str) -> list[SlurmJob]:
-    """Jobs from ``squeue --json``."""
-    return [job for _, job in parse_squeue_keyed(text)]
-
-
 def parse_squeue_keyed(text: str) -> list[tuple[JobKey, SlurmJob]]:
     """Jobs from ``squeue --json``, each with its array/het key (screener.slurm.job_id)."""
     what = "squeue --json"

@@ -1,21 +1,87 @@
-"""History queries: which stored figures a new verdict may compare with.
+"""History: which stored figures a new verdict may compare with, and the queries for them.
 
 Only like with like: the same probe recipe (fingerprint stored with each probe and verdict)
 and not older than an age window (a hardware refresh or a new filesystem makes old figures
 another test). Only *baseline* verdicts count: OK ones, and ones absolved by a shared
 cause, so that after a fleet-wide shift history catches up instead of freezing.
+
+``history_window`` is that rule for a policy; ``own_history`` and ``past_figures`` apply it
+through any store that reads figures (``StoredFigures``: the Store, the run's spooling
+store); the rest is the SQL behind ``Store.read_histories`` / ``read_fleet``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
-from typing import Any
+from dataclasses import replace
+from datetime import datetime, timedelta
+from typing import Any, Protocol
 
 from sqlalchemy import ColumnElement, Select, func, or_, select
 
-from screener.probe_data import Status
+from screener.policy import Policy, ProbePolicy
+from screener.probe.fio import recipe_fingerprint
+from screener.probe_data import FleetFigure, Status
 from screener.store.tables import NodeRecord, VerdictRecord
+
+
+class StoredFigures(Protocol):
+    """What reading past figures needs from a store (screener.store.Store, the pipeline's
+    RunStore and the spool's store satisfy it)."""
+
+    def read_histories(
+        self,
+        nodes: Sequence[str],
+        limit: int,
+        recipe: str | None = None,
+        since: datetime | None = None,
+    ) -> dict[str, list[float]]: ...
+
+    def read_fleet(
+        self, exclude: Sequence[str], recipe: str | None, since: datetime, limit: int
+    ) -> list[FleetFigure]: ...
+
+
+def history_window(policy: Policy, now: datetime) -> tuple[str, datetime | None]:
+    """(recipe, since): which baselines count as history, like with like and not too old."""
+    vp = policy.verdict
+    since = now - timedelta(days=vp.history_max_age_days) if vp.history_max_age_days else None
+    return recipe_fingerprint(policy.probe), since
+
+
+def own_history(
+    store: StoredFigures, nodes: Sequence[str], policy: Policy, now: datetime
+) -> dict[str, list[float]]:
+    """Each node's baseline seq-read figures: same recipe, within the age window."""
+    recipe, since = history_window(policy, now)
+    return store.read_histories(nodes, policy.verdict.history_runs, recipe, since)
+
+
+def past_figures(
+    store: StoredFigures,
+    nodes: Sequence[str],
+    policy: Policy,
+    now: datetime,
+    also: Sequence[ProbePolicy] = (),
+) -> tuple[dict[str, list[float]], list[FleetFigure]]:
+    """Own history (same recipe, within the age window) and the fleet's recent figures.
+    With ``also`` (for the prolog's triage: the full probe), a node with no history of this
+    recipe is compared with its history of the first of those it has: the seq read at the
+    same block size and depth, another window (the sentinel's yardstick too). Without it, a
+    triage on a fleet known only from its sweeps had no history at all."""
+    vp = policy.verdict
+    recipe = recipe_fingerprint(policy.probe)
+    history = own_history(store, nodes, policy, now)
+    for probe in also:
+        if all(history.values()):
+            break
+        other = own_history(store, nodes, replace(policy, probe=probe), now)
+        history = {n: history.get(n) or other.get(n, []) for n in nodes}
+    fleet: list[FleetFigure] = []
+    if vp.fleet_window_h > 0 and vp.fleet_max > 0:
+        window = now - timedelta(hours=vp.fleet_window_h)
+        fleet = store.read_fleet(nodes, recipe, window, vp.fleet_max)
+    return history, fleet
 
 
 def usable(recipe: str | None, since: datetime | None) -> list[ColumnElement[bool]]:

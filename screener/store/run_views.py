@@ -148,7 +148,7 @@ def run_detail(store: Store, run_id: int) -> RunDetail:
     )
 
 
-# runs.policy["prolog_probe"] (screener/prolog/hook.py) -> what `screener run N` says
+# runs.policy["prolog_probe"] (prolog/plan.py, Screen.run_info) -> what `screener run N` says
 PROLOG_PROBES = {
     "triage": "prolog triage: the read jobs (the write too with triage_write) at [prolog] "
     "triage_ramp_s + triage_runtime_s",

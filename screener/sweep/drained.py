@@ -106,8 +106,8 @@ class DrainedSweep:
         async def after(_transport: Transport, result: ScreenResult) -> None:
             self._act(records, result)
 
-        return app.run_screen(
-            drained,
+        request = app.ScreenRequest(
+            tuple(drained),
             policy,
             trigger=Trigger.SWEEP,
             store=store,
@@ -115,6 +115,7 @@ class DrainedSweep:
             prober=prober,
             run_info={"sweep_mode": self.mode.as_dict(), "sweep_part": PART},
         )
+        return app.run_screen(request)
 
     def _act(self, records: SlurmRecords, result: ScreenResult) -> None:
         summary = result.summary

@@ -133,8 +133,8 @@ class Sweep:
         async def after(_transport: Transport, result: ScreenResult) -> None:
             self._act(records, result, every)
 
-        return app.run_screen(
-            self.held,
+        request = app.ScreenRequest(
+            tuple(self.held),
             self.policy,
             trigger=self.trigger,
             job_id=self.job_id,
@@ -144,6 +144,7 @@ class Sweep:
             prober=prober,
             run_info={"sweep_mode": self.mode.as_dict()},
         )
+        return app.run_screen(request)
 
     def _act(
         self, records: SlurmRecords | None, result: ScreenResult, every: Mapping[str, SlurmNode]
@@ -169,7 +170,10 @@ class Sweep:
                 summary, run_id, len(self.held), partition, records, policy, now
             )
             drains.apply_drains(
-                plan, self.client, records, run_id, self.trigger, self.job_id, now, dry_run, log
+                plan,
+                drains.DrainContext(
+                    self.client, records, run_id, self.trigger, self.job_id, now, dry_run, log
+                ),
             )
         if dry_run and plan.guard is None:
             for node, reason in plan.drain:  # what a live sweep would have done, on record

@@ -82,7 +82,13 @@ def not_held(nodes: Sequence[str], held: Collection[str], recipe: str) -> dict[s
 
 class StepProber:
     """Held nodes by a Slurm step; any other node is refused (UNKNOWN), never reached over
-    SSH: the job's host must not need the key that reaches every node."""
+    SSH: the job's host must not need the key that reaches every node.
+
+    Not a pipeline.TransportProber over an srun transport: that one runs each probe command
+    (preflight, facts, layout, fio, iostat) per node, with its own timeout, lock and deadline;
+    a step runs the whole probe of every held node in one srun (one Slurm step per round,
+    not one per command and node) and gets lines back (probe.lines). What they share is the
+    probe itself: each step task runs pipeline.probe_node on its node (run.local)."""
 
     def __init__(
         self,

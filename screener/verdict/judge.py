@@ -1,9 +1,9 @@
 """Per-node decisions: pure functions over parsed probes, peers and history.
 
-``evaluate`` judges one probe round; ``confirm`` merges a re-probe of the suspects (beside
-a few healthy reference nodes) into the first round's verdicts, so only a slowness that
-shows up twice is final (seed 001 §7: slowness comes and goes). Nothing here does I/O;
-the rules live in ``screener.verdict.rules``, confirmation in
+``evaluate`` judges one probe round, ``judge_round2`` the re-probe of the suspects (beside
+a few healthy reference nodes); ``confirm`` merges that into the first round's verdicts, so
+only a slowness that shows up twice is final (seed 001 §7: slowness comes and goes).
+Nothing here does I/O; the rules live in ``screener.verdict.rules``, confirmation in
 ``screener.verdict.confirm``; docs/detection.md explains each.
 """
 
@@ -46,7 +46,7 @@ from screener.verdict.rules import (
 from screener.verdict.shadow import shadowed
 
 __all__ = ["MIN_HISTORY", "SLOW", "confirm", "evaluate", "fact_drift", "fact_problems"]
-__all__ += ["is_suspect", "peer_stats", "references", "suspects"]
+__all__ += ["is_suspect", "judge_round2", "peer_stats", "references", "suspects"]
 
 PEER_TAGS = frozenset({"peer_read", "peer_rand", "peer_write", "peer_tail", "outlier"})
 FLOOR_TAGS = frozenset({"abs_read", "abs_write", "abs_rand"})
@@ -265,6 +265,43 @@ def evaluate(
         peer_read_median_mb_s=peers.read.median / 1e6 if peers.read else None,
         peer_rand_median_iops=peers.rand.median if peers.rand else None,
     )
+
+
+def judge_round2(
+    first: Sequence[NodeProbe],
+    second: Sequence[NodeProbe],
+    refs: Sequence[str],
+    history: Mapping[str, Sequence[float]],
+    fleet: Sequence[FleetFigure],
+    policy: VerdictPolicy,
+) -> RunSummary:
+    """Judge the re-probe on round-2 figures: each suspect beside the re-probed references
+    only, never beside the other suspects (two nodes at 1/4 together dragged the round-2
+    median down and widened its spread until each passed: issue 24). The references'
+    verdicts and a round-2 shared cause come from the whole round.
+
+    Without references (every usable node was a suspect) the suspects' round-2 figures are
+    judged beside the others' round-1 figures, and confirm() says so in the reason.
+    Here, not in verdict.confirm: it is ``evaluate`` applied to round 2, and confirm.py sits
+    below this module (judge.py imports it).
+    """
+    if refs:
+        whole = evaluate(second, history, policy, fleet)
+        ref_probes = [p for p in second if p.node in refs]
+        alone = [p for p in second if p.node not in refs]
+        if len(alone) < 2 or whole.shared_cause:
+            return whole  # one suspect: the same judgement; a shared cause: the whole round's
+        own = {
+            p.node: next(
+                v
+                for v in evaluate([p, *ref_probes], history, policy, fleet).verdicts
+                if v.node == p.node
+            )
+            for p in alone
+        }
+        return replace(whole, verdicts=tuple(own.get(v.node, v) for v in whole.verdicts))
+    again = {p.node: p for p in second}
+    return evaluate([again.get(p.node, p) for p in first], history, policy, fleet)
 
 
 def _shared_cause(

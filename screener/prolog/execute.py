@@ -1,0 +1,337 @@
+"""The prolog's executor: it runs each step plan.py decides and feeds the result back.
+
+``run`` reads top to bottom as one prolog: what the store knows of the job's nodes (once a
+killed run's drains are settled), the opening (fast path, sentinels first or beside),
+the first screen (a triage or the full probe), what the sentinels beside it said, and the
+full probe of what a screen left in doubt, or "no budget left". Each screen goes through
+``app.run_screen`` like `screener screen`; once its verdicts are in, its after-step
+(``_AfterScreen``, in the screen's event loop, over its connections) acts on the stored run
+(verdict lines, drains behind the guard, SIGTERM held while Slurm changes) and starts in-job
+iostat unless a full probe follows. Every side effect goes through the ``Context``; the
+budget only through its ``Deadline``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from functools import cached_property
+
+from screener.app import ScreenRequest, ScreenResult, make_transport, run_screen
+from screener.hooks import drains, later
+from screener.hooks.drain_rules import drainable, small_allocation
+from screener.hooks.log import HookLog
+from screener.hooks.start_iostat import start_job_iostat
+from screener.hostlist import fold_nodes
+from screener.policy import Policy
+from screener.probe.fio import recipe_fingerprint
+from screener.probe_data import Trigger
+from screener.prolog import plan
+from screener.prolog.plan import EXIT_REQUEUE, Deadline, Known
+from screener.prolog.sentinel import (
+    SentinelsBeside,
+    own_dd_readings,
+    record_dd,
+    sentinel_then_iostat,
+    usual_reads,
+)
+from screener.prolog.triage import triage_policy
+from screener.slurm.client import SlurmClient, SlurmJob
+from screener.store import Store
+from screener.store.slurm_records import SlurmRecords
+from screener.transport.base import Transport
+
+
+@dataclass(frozen=True)
+class Context:
+    """What one prolog acts through: its policy and job, the Slurm client, the store (None:
+    ``unavailable`` says why, results go to the spool), the hook's log, its budget, and
+    ``fail`` (hook._fail: an error's exit code, open or closed, said in the log)."""
+
+    policy: Policy
+    job: SlurmJob
+    client: SlurmClient
+    store: Store | None
+    unavailable: str | None
+    log: HookLog
+    deadline: Deadline
+    fail: Callable[[str], int]
+
+    @cached_property
+    def records(self) -> SlurmRecords | None:
+        """The Slurm bookkeeping in the store (episodes, passes, drains), when there is one."""
+        return SlurmRecords(self.store) if self.store is not None else None
+
+    def left(self) -> float:
+        """Seconds of the budget a screen may still take."""
+        return self.deadline.left(time.monotonic())
+
+    def say(self, lines: Iterable[str]) -> None:
+        """Log each of ``lines`` (a decision's reasons), in order."""
+        for line in lines:
+            self.log(line)
+
+
+def run(ctx: Context) -> int:
+    """Screen a selected job: its exit code (EXIT_REQUEUE when a screen drained, or
+    ``fail_closed`` and a screen's run could not be stored)."""
+    known = _known(ctx)
+    opening = plan.opening(ctx.job.nodes, known, ctx.policy)
+    ctx.say(opening.lines)
+    fast, probe, iostat_started = opening.fast, opening.probe, False
+    earlier: Mapping[str, float] = {}  # what failed sentinels read: round 1 may decide
+    if opening.sentinels and not opening.beside:  # every node fresh: sentinels first
+        checked, iostat_started = _sentinels_first(ctx, known, opening.sentinels)
+        fast, probe, earlier = checked.fast, checked.probe, checked.earlier
+    if fast is not None:
+        _fast_path(ctx, fast)
+    if not probe:
+        if ctx.policy.prolog.iostat and not iostat_started:
+            _iostat_now_or_later(ctx)
+        return 0
+    beside = _sentinels_beside(ctx, opening.sentinels) if opening.beside else None
+    first = plan.first_screen(probe, known, len(ctx.job.nodes), ctx.policy, ctx.left())
+    ctx.say(first.lines)
+    screened = _screen(ctx, first, beside, earlier)
+    if beside is not None:
+        _after_beside(ctx, known, beside)
+    codes = [screened.code]
+    if screened.doubt is not None and screened.code == 0:
+        codes.append(_escalate(ctx, screened.doubt, first))
+    return plan.exit_code(codes)
+
+
+def _known(ctx: Context) -> Known:
+    """What the store says of the job's nodes, once the drains of a killed run are settled;
+    nothing without a database."""
+    now = datetime.now(UTC)
+    records = ctx.records
+    if records is None:
+        return Known.nothing(now)
+    pp, nodes = ctx.policy.prolog, ctx.job.nodes
+    drains.finish_pending(ctx.client, records, now, ctx.log, nodes=nodes)  # a killed run's drains
+    # what the full probe said last (with triage on): a triage's own doubt is re-triaged
+    short = recipe_fingerprint(triage_policy(ctx.policy).probe) if pp.triage else None
+    every, latest = records.latest_verdicts_apart(nodes, short)
+    flaky = records.flaky_since(nodes, now - timedelta(seconds=pp.flaky_window_s))
+    return Known.from_store(every, latest, flaky, now)
+
+
+def _sentinels_first(
+    ctx: Context, known: Known, fresh: tuple[str, ...]
+) -> tuple[plan.Checked, bool]:
+    """Every node is fresh: their sentinels read first (issue 28). (What they decided,
+    whether in-job iostat started on their connections: all passed, and no hookd to start
+    it after the exit code.)"""
+    records = ctx.records
+    assert records is not None  # plan.opening reads sentinels only with a store
+    inline = not later.can_defer()
+    usual = usual_reads(ctx.policy, records, list(fresh))
+    dd_usual = own_dd_readings(ctx.policy, records, list(fresh))
+    results = asyncio.run(
+        sentinel_then_iostat(ctx.policy, ctx.job, fresh, usual, ctx.log, inline, dd_usual)
+    )
+    checked = plan.after_sentinels(results, known, len(ctx.job.nodes), ctx.policy)
+    ctx.say(checked.said)
+    record_dd(ctx.policy, records, results, ctx.log)
+    ctx.say(checked.lines)
+    return checked, ctx.policy.prolog.iostat and not checked.probe and inline
+
+
+def _sentinels_beside(ctx: Context, fresh: tuple[str, ...]) -> SentinelsBeside:
+    """The fresh nodes' sentinels, to read beside the screen of the others (issue 22)."""
+    records = ctx.records
+    assert records is not None  # plan.opening reads sentinels only with a store
+    usual = usual_reads(ctx.policy, records, list(fresh))
+    dd_usual = own_dd_readings(ctx.policy, records, list(fresh))
+    return SentinelsBeside(ctx.policy, fresh, usual, dd_usual)
+
+
+def _after_beside(ctx: Context, known: Known, beside: SentinelsBeside) -> None:
+    """Log and record the sentinels that read beside the screen: the passed ones took the
+    fast path; the failed ones were screened after it (or, no budget, said so)."""
+    checked = plan.after_beside(beside.results, known, ctx.policy)
+    ctx.say(checked.said)
+    record_dd(ctx.policy, ctx.records, beside.results, ctx.log)
+    if checked.fast is not None:
+        _fast_path(ctx, checked.fast)
+
+
+def _escalate(ctx: Context, doubt: plan.Doubt, first: plan.Screen) -> int:
+    """The full probe of what ``first`` left in doubt, when the budget still holds it (its
+    exit code); else in-job iostat, which waited for it, starts now."""
+    step = plan.escalation(doubt, first, ctx.policy, ctx.left())
+    ctx.say(step.lines)
+    if step.screen is not None:
+        return _screen(ctx, step.screen).code
+    if ctx.policy.prolog.iostat:
+        _iostat_now_or_later(ctx)
+    return 0
+
+
+def _fast_path(ctx: Context, fast: plan.FastPath) -> None:
+    """Log and record the nodes that joined the job on the fast path (so `accuracy` knows
+    they joined it screened OK), with what their sentinel read."""
+    ctx.log(fast.line)
+    if ctx.records is not None:
+        at, fresh_s = datetime.now(UTC), ctx.policy.prolog.fresh_s
+        ctx.records.record_fast_path(dict(fast.passed), ctx.job.job_id, at, fresh_s, fast.notes)
+
+
+def _screen(
+    ctx: Context,
+    screen: plan.Screen,
+    beside: SentinelsBeside | None = None,
+    earlier: Mapping[str, float] | None = None,
+) -> _AfterScreen:
+    """Run ``screen`` within the budget left (``beside``: sentinels reading meanwhile;
+    ``earlier``: what failed sentinels read): its after-step, with the outcome."""
+    after = _AfterScreen(ctx, screen, beside)
+    request = ScreenRequest(
+        nodes=tuple(screen.nodes),
+        policy=screen.policy,
+        trigger=Trigger.PROLOG,
+        job_id=ctx.job.job_id,
+        deadline_s=max(ctx.left(), 0.1),
+        store=ctx.store,
+        db_unavailable=ctx.unavailable,
+        after=after,
+        run_info=screen.run_info,
+        beside=beside,
+        earlier=earlier,
+        history_also=screen.history_also,
+    )
+    run_screen(request)
+    return after
+
+
+@dataclass
+class _AfterScreen:
+    """A screen's after-step, run once its verdicts are in: act on the stored run (``code``),
+    and when it is stored and drained nobody, what it leaves for the full probe (``doubt``);
+    in-job iostat starts when nothing follows (over the screen's connections, or after the
+    exit code under hookd)."""
+
+    ctx: Context
+    screen: plan.Screen
+    beside: SentinelsBeside | None
+    code: int = 0
+    doubt: plan.Doubt | None = None
+
+    async def __call__(self, transport: Transport, result: ScreenResult) -> None:
+        ctx = self.ctx
+        ctx.say(result.notes)  # planted names moved aside (screener.probe.private)
+        failed = self.beside.failed() if self.beside is not None else []
+        self.code = _act(ctx, result, ctx.left())
+        if self.code == 0 and ctx.records is not None and not result.store_error:
+            self.doubt = plan.after_screen(
+                result.summary, result.reprobed, self.screen, failed, ctx.policy
+            )
+        if self.code == 0 and self.doubt is None and ctx.policy.prolog.iostat:
+            devices = _devices(result)
+            if not _iostat_later(ctx, devices):
+                await start_job_iostat(transport, ctx.job, devices, ctx.policy, ctx.log)
+
+
+def _act(ctx: Context, result: ScreenResult, left_s: float) -> int:
+    """Log the verdicts, then drain (guarded) what the stored run found slow: the exit code.
+    A small allocation waits (at most ``fleet_wait_s`` and ``left_s``) for concurrent runs'
+    first rounds before the fleet judges it."""
+    policy, job, log, records = ctx.policy, ctx.job, ctx.log, ctx.records
+    summary, run_id = result.summary, result.run_id
+    for v in summary.verdicts:
+        log(f"{v.node}: {v.status.value} {v.reason}")
+    if records is None or result.store_error:
+        slow = [v.node for v in drainable(summary, policy.verdict.confirm)]
+        if slow:
+            log(f"not draining {fold_nodes(slow)}: the database does not hold this run")
+        return ctx.fail(f"job {job.job_id}: {result.store_error or 'no database'}")
+    now = datetime.now(UTC)
+    drains.close_passing(summary, records, now, run_id)
+    todo = drainable(summary, policy.verdict.confirm)
+    if not todo and not summary.shared_cause:
+        return 0  # nothing to drain nor to record: no need to ask Slurm for the partition
+    # A shared cause is recorded even when nothing is drained (the shared-cause alert);
+    # the partition is read only when there is something to drain (the guard needs it).
+    partition = _partition(ctx) if todo else []
+    if todo and small_allocation(len(job.nodes), policy.slurm):
+        wait = max(0.0, min(policy.slurm.fleet_wait_s, left_s))
+        drains.await_fleet(records, partition, run_id, policy, now, wait, log)
+    # Under the actions lock, so the partition guard counts concurrent prologs' drains; with
+    # SIGTERM held, so a drain and its record go together (PrologEpilogTimeout).
+    with drains.acting(records):
+        chosen = drains.decide_drains(
+            summary, run_id, len(job.nodes), partition, records, policy, now, allocated=job.nodes
+        )
+        dry_run = policy.slurm.dry_run
+        by = drains.DrainContext(
+            ctx.client, records, run_id, Trigger.PROLOG, job.job_id, now, dry_run, log
+        )
+        with _deferred_sigterm():
+            drained = drains.apply_drains(chosen, by)
+    return EXIT_REQUEUE if drained else 0
+
+
+def _partition(ctx: Context) -> list[str]:
+    """The nodes of the job's partition (all, when it names none): the guard's count."""
+    part = ctx.job.partition
+    return [n.name for n in ctx.client.nodes() if not part or part in n.partitions]
+
+
+@contextmanager
+def _deferred_sigterm() -> Iterator[None]:
+    """Hold SIGTERM while Slurm is changed and the change recorded; it is delivered after.
+    (SIGKILL cannot be held: the next run reconciles pending drains.)"""
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def _devices(result: ScreenResult) -> dict[str, str]:
+    """Each probed node's scratch device (in-job iostat then needs no facts round)."""
+    return {n: p.facts.device for n, p in result.probes.items() if p.facts and p.facts.device}
+
+
+def _iostat_later(ctx: Context, devices: Mapping[str, str]) -> bool:
+    """Under hookd, start in-job iostat after the exit code is out (the job does not wait
+    for it), holding the job's lock so its epilog stops it only once it runs. False: start
+    it now (in its own process, or no lock file could be made)."""
+    if not later.can_defer():
+        return False
+    spool = ctx.policy.store.spool_dir
+    lock = later.JobLock.take(spool, ctx.job.job_id)
+    if lock is None:
+        ctx.log(f"in-job iostat starts before the exit: no lock in {spool}")
+        return False
+
+    def start() -> None:
+        try:
+            asyncio.run(_iostat_only(ctx, devices))
+        finally:
+            lock.release()
+
+    later.defer(start)
+    ctx.log("in-job iostat starts once Slurm has the exit code (screener hookd)")
+    return True
+
+
+def _iostat_now_or_later(ctx: Context) -> None:
+    """In-job iostat on nodes no screen connected to: deferred under hookd, else now."""
+    if not _iostat_later(ctx, {}):
+        asyncio.run(_iostat_only(ctx))
+
+
+async def _iostat_only(ctx: Context, devices: Mapping[str, str] | None = None) -> None:
+    """Start in-job iostat on connections of its own (``devices``: those already known)."""
+    transport = make_transport(ctx.policy.transport)
+    try:
+        await start_job_iostat(transport, ctx.job, devices or {}, ctx.policy, ctx.log)
+    finally:
+        await transport.close()

@@ -1,0 +1,328 @@
+"""What a prolog does, decided over plain data: no store, no SSH, no Slurm, no clock.
+
+execute.py runs each step this returns and feeds the result back; in the order it asks:
+
+1. ``opening``: which nodes take the fast path, whose sentinels read (before anything when
+   every node is fresh, else beside the screen of the others), which are to be probed;
+   fresh references join a triage of too few nodes.
+2. ``after_sentinels`` (every node was fresh): a node whose sentinel passed stays on the
+   fast path, its reading as the note; the others are probed, beside references from those
+   that read most as usual, with what they read as a first window (``earlier``).
+3. ``first_screen``: the triage (``triage.plan``) or the full probe at once.
+4. ``after_screen``: the nodes left in doubt, with references, for a full probe after it:
+   a triage's ambiguous and held-back nodes, or the failed beside-sentinels;
+   ``after_beside``: what the sentinels that read beside it said.
+5. ``escalation``: that full probe, or "no budget left".
+6. ``exit_code``: a drain by any screen requeues the job.
+
+Every value is frozen and carries the log lines that say why (``lines``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence, Set
+from dataclasses import dataclass
+from datetime import datetime
+from types import MappingProxyType
+from typing import TYPE_CHECKING
+
+from screener.hostlist import fold_nodes
+from screener.policy import Policy, ProbePolicy
+from screener.probe_data import Status
+from screener.prolog import triage
+from screener.prolog.rules import fast_path
+
+if TYPE_CHECKING:
+    from screener.probe.sentinel import SentinelResult
+    from screener.probe_data import RunSummary
+
+EXIT_REQUEUE = 1  # non-zero from PrologSlurmctld: Slurm requeues the batch job
+# Seconds kept back from the budget for deciding, draining and recording.
+DECIDE_RESERVE_S = 2.0
+
+
+@dataclass(frozen=True)
+class Deadline:
+    """The prolog's budget (``[prolog] budget_s``), counted from the hook's start
+    (``time.monotonic()``), with ``reserve_s`` kept back for deciding, draining and
+    recording."""
+
+    start: float
+    budget_s: float
+    reserve_s: float = DECIDE_RESERVE_S
+
+    def left(self, now: float) -> float:
+        """Seconds a screen may still take at ``now`` (negative once overdrawn)."""
+        return self.budget_s - (now - self.start) - self.reserve_s
+
+
+@dataclass(frozen=True)
+class Known:
+    """What the store says of the job's nodes: each one's last pass (an OK verdict of any
+    recipe), its latest full-probe status (with triage on, a triage's own verdicts are
+    not counted: its doubt is re-triaged), the flaky ones (a slow episode lately), read at
+    ``at``. ``stored`` is False without a database: then nothing is known."""
+
+    last_pass: Mapping[str, datetime]
+    statuses: Mapping[str, str]
+    flaky: frozenset[str]
+    at: datetime
+    stored: bool = True
+
+    @classmethod
+    def nothing(cls, at: datetime) -> Known:
+        """No database: every node is probed in full."""
+        return cls(MappingProxyType({}), MappingProxyType({}), frozenset(), at, stored=False)
+
+    @classmethod
+    def from_store(
+        cls,
+        every: Mapping[str, tuple[str, datetime]],
+        latest: Mapping[str, tuple[str, datetime]],
+        flaky: Set[str],
+        at: datetime,
+    ) -> Known:
+        """From ``SlurmRecords.latest_verdicts_apart`` (``every``: each node's latest verdict,
+        ``latest``: its latest full-probe one) and ``flaky_since``."""
+        passes = {n: when for n, (status, when) in every.items() if status == Status.OK}
+        statuses = {n: status for n, (status, _) in latest.items()}
+        return cls(MappingProxyType(passes), MappingProxyType(statuses), frozenset(flaky), at)
+
+
+@dataclass(frozen=True)
+class FastPath:
+    """Nodes let into the job unprobed, each with its last pass (in this order) and what its
+    sentinel read (``notes``, by node), and the line that says so."""
+
+    passed: Mapping[str, datetime]
+    notes: Mapping[str, str]
+    line: str
+
+
+@dataclass(frozen=True)
+class Opening:
+    """The first step: ``fast`` joins at once (no sentinel); ``sentinels`` read before
+    anything (``beside`` False: every node is fresh) or beside the screen of ``probe``;
+    ``probe`` is screened (``first_screen`` says how)."""
+
+    fast: FastPath | None
+    sentinels: tuple[str, ...]
+    beside: bool
+    probe: tuple[str, ...]
+    lines: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Checked:
+    """What a round of sentinels decided: ``fast`` joins (their readings as notes), ``probe``
+    is screened (the failed and, every node fresh, references), ``earlier``: what each
+    failed sentinel read against its usual. ``said``: one line per failed node, logged
+    before its dd readings are stored; ``lines`` after."""
+
+    fast: FastPath | None
+    probe: tuple[str, ...]
+    earlier: Mapping[str, float]
+    said: tuple[str, ...]
+    lines: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Screen:
+    """One screen to run: ``nodes`` under ``policy`` (the triage's or the full probe's);
+    ``stage`` "triage", "escalated" or "" (the full probe at once), stored with the run;
+    ``held``: a triage's nodes for the full probe only, after it; ``history_also``: the
+    recipes a node without history of this one is compared with."""
+
+    nodes: tuple[str, ...]
+    policy: Policy
+    stage: str
+    held: tuple[str, ...] = ()
+    history_also: tuple[ProbePolicy, ...] = ()
+    lines: tuple[str, ...] = ()
+
+    @property
+    def run_info(self) -> dict[str, object] | None:
+        """What the run stores of the prolog's stage (`screener show RUN` says it)."""
+        return {"prolog_probe": self.stage} if self.stage else None
+
+
+@dataclass(frozen=True)
+class Doubt:
+    """Nodes a screen left for the full probe after it, and their references."""
+
+    nodes: tuple[str, ...]
+    references: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Escalation:
+    """The full probe of a screen's doubt (``screen``), or None: no budget left for it (they
+    keep their verdict, or held back, none: never drained)."""
+
+    screen: Screen | None
+    lines: tuple[str, ...]
+
+
+def opening(nodes: Sequence[str], known: Known, policy: Policy) -> Opening:
+    """The fast path (rules.fast_path) and, with some nodes to probe, enough of the freshest
+    as references of a triage of too few nodes; then the sentinels of the fast-path nodes:
+    before anything when every node is fresh (``beside`` False), else beside the others'
+    screen (issue 22: they read while the others are probed, on other nodes)."""
+    pp = policy.prolog
+    skip, probe = fast_path(nodes, known.last_pass, known.flaky, known.at, pp.fresh_s)
+    lines: tuple[str, ...] = ()
+    if skip and probe:  # a triage of a few nodes gets references: the freshest passes
+        freshest = sorted(skip, key=lambda n: known.last_pass[n], reverse=True)
+        skip, probe, lines = _with_references(freshest, probe, len(nodes), policy)
+    if skip and known.stored and pp.sentinel:
+        return Opening(None, tuple(skip), bool(probe), tuple(probe), lines)
+    fast = _fast_path(skip, known, {}, policy) if skip else None
+    return Opening(fast, (), False, tuple(probe), lines)
+
+
+def after_sentinels(
+    results: Sequence[SentinelResult], known: Known, allocated: int, policy: Policy
+) -> Checked:
+    """Every node was fresh and read its sentinel first (issue 28): those that read as usual
+    stay on the fast path; the others are probed, beside (with triage on, when too few to
+    triage) the nodes that read closest to their usual."""
+    said, passed, failed, notes = _outcome(results)
+    skip, probe = passed, failed
+    lines: tuple[str, ...] = ()
+    if failed:  # a triage of too few nodes gets references: the steadiest passes
+        skip, probe, lines = _with_references(steadiest(results), failed, allocated, policy)
+    fast = _fast_path(skip, known, notes, policy) if skip else None
+    return Checked(fast, tuple(probe), sentinel_ratios(results), said, lines)
+
+
+def after_beside(results: Sequence[SentinelResult], known: Known, policy: Policy) -> Checked:
+    """The sentinels that read beside the screen: the passed ones take the fast path (their
+    readings as notes, "beside the screen"); the failed ones were in after_screen's doubt."""
+    said, passed, failed, notes = _outcome(results)
+    fast = _fast_path(passed, known, notes, policy, beside=True) if passed else None
+    return Checked(fast, tuple(failed), sentinel_ratios(results), said)
+
+
+def first_screen(
+    probe: Sequence[str], known: Known, allocated: int, policy: Policy, left_s: float
+) -> Screen:
+    """The triage of ``probe`` (triage.plan: some held back for the full probe after it), or
+    the full probe at once; ``left_s``: the budget left now. With a store, a node it holds
+    no full verdict of gets the full probe first."""
+    unseen = {n for n in probe if n not in known.statuses} if known.stored else set()
+    tri, held, why = triage.plan(
+        probe, allocated, known.statuses, known.flaky, policy, left_s, unseen
+    )
+    lines: tuple[str, ...] = ()
+    if policy.prolog.triage and not tri:
+        lines = (f"triage skipped ({why}): full probe",)
+    elif tri and held:
+        lines = (f"triage of {fold_nodes(tri)}; {why}: full probe after it",)
+    elif tri and why:
+        lines = (f"triage of {fold_nodes(tri)}; {why}",)
+    if not tri:
+        return Screen(tuple(probe), policy, "", lines=lines)
+    # a triage compares a node it has no history of with the full probe's seq reads
+    also = (policy.probe,)
+    return Screen(tuple(tri), triage.triage_policy(policy), "triage", tuple(held), also, lines)
+
+
+def after_screen(
+    summary: RunSummary,
+    reprobed: Sequence[str],
+    screen: Screen,
+    failed_beside: Sequence[str],
+    policy: Policy,
+) -> Doubt | None:
+    """The nodes a stored, drain-free screen leaves for the full probe, with references
+    from its healthy nodes: after a triage, those it left ambiguous (``reprobed``: its
+    suspects), the nodes held back from it and the failed beside-sentinels; else those
+    sentinels alone. None: nothing in doubt."""
+    if screen.stage == "triage":
+        held = list(screen.held)
+        also = [*held, *(n for n in failed_beside if n not in held)]
+        doubt, refs = triage.escalation(summary, policy, also, reprobed)
+    else:
+        doubt, refs = triage.with_references(summary, policy, failed_beside)
+    return Doubt(tuple(doubt), tuple(refs)) if doubt else None
+
+
+def escalation(doubt: Doubt, first: Screen, policy: Policy, left_s: float) -> Escalation:
+    """The full probe of ``doubt`` beside its references after ``first``, when ``left_s`` (the
+    budget left now) still holds both its rounds (triage.full_probe_fits)."""
+    after = first.stage or "screen"
+    if not triage.full_probe_fits(policy, left_s):
+        line = f"{fold_nodes(doubt.nodes)}: no budget left for the full probe after the {after}"
+        return Escalation(None, (line,))
+    line = (
+        f"full probe of {fold_nodes(doubt.nodes)} after the {after},"
+        f" beside {fold_nodes(doubt.references)}"
+    )
+    return Escalation(Screen((*doubt.nodes, *doubt.references), policy, "escalated"), (line,))
+
+
+def exit_code(codes: Sequence[int]) -> int:
+    """The hook's exit code from each screen's: a drain by any screen (EXIT_REQUEUE) requeues
+    the job."""
+    return max(codes, default=0)
+
+
+def steadiest(results: Sequence[SentinelResult]) -> list[str]:
+    """The nodes whose sentinel passed, the read closest to their usual first."""
+    ok = [r for r in results if r.passed]
+
+    def off(r: SentinelResult) -> float:
+        if r.read_bw is None or not r.usual_bw:
+            return float("inf")
+        return abs(math.log(max(r.read_bw, 1.0) / r.usual_bw))
+
+    return [r.node for r in sorted(ok, key=lambda r: (off(r), r.node))]
+
+
+def sentinel_ratios(results: Sequence[SentinelResult]) -> dict[str, float]:
+    """What each failed sentinel read against its node's usual (the ones that measured):
+    a window before the screen, so round 1 can decide a node as slow again
+    (verdict.confirm.decisive)."""
+    return {r.node: r.ratio for r in results if not r.passed and r.ratio is not None}
+
+
+def _outcome(
+    results: Sequence[SentinelResult],
+) -> tuple[tuple[str, ...], list[str], list[str], dict[str, str]]:
+    """(a line per failed node: it goes to the full probe, passed, failed, what each read)."""
+    said = tuple(f"{r.node}: {r.reason}: full probe" for r in results if not r.passed)
+    passed = [r.node for r in results if r.passed]
+    failed = [r.node for r in results if not r.passed]
+    return said, passed, failed, {r.node: r.reason for r in results}
+
+
+def _with_references(
+    fresh: Sequence[str], probe: Sequence[str], allocated: int, policy: Policy
+) -> tuple[list[str], list[str], tuple[str, ...]]:
+    """(fast, probe, lines): with triage on, enough of the ``fresh`` nodes (best first) join
+    a triage of too few nodes as its references (triage.fresh_references)."""
+    refs = triage.fresh_references(probe, fresh, allocated, policy)
+    lines: tuple[str, ...] = ()
+    if refs:
+        lines = (
+            f"{fold_nodes(refs)}: fresh, triaged beside {fold_nodes(probe)} as references"
+            f" (a triage is judged by {policy.verdict.min_peers} peers of its own recipe)",
+        )
+    return [n for n in fresh if n not in refs], [*probe, *refs], lines
+
+
+def _fast_path(
+    passed: Sequence[str],
+    known: Known,
+    notes: Mapping[str, str],
+    policy: Policy,
+    beside: bool = False,
+) -> FastPath:
+    """The fast path of ``passed`` (every one fresh in ``known``), with what their sentinels
+    read (``notes``; none: the sentinel is off)."""
+    fresh_s = policy.prolog.fresh_s
+    checked = ", sentinel as usual" + (" (beside the screen)" if beside else "") if notes else ""
+    line = f"fast path: {fold_nodes(passed)} passed within {fresh_s:g}s{checked}, not probed"
+    passes = {n: known.last_pass[n] for n in passed}
+    return FastPath(MappingProxyType(passes), MappingProxyType(dict(notes)), line)
