@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from screener.hooks.log import HookLog
-from screener.policy import Policy, PrologPolicy
+from screener.policy import Policy, PrologPolicy, StorePolicy
 from screener.prolog.hook import run_prolog
 
 SCREENER = str(Path(sys.executable).parent / "screener")
@@ -165,16 +165,18 @@ def test_a_bad_restart_count_of_an_opted_in_job_fails_open_or_closed(tmp_path: P
     one_log_line(hook("prolog", closed, env), 1, "SLURM_JOB_RESTART_COUNT", "fail closed")
 
 
-def test_an_internal_error_of_any_type_fails_open_unless_fail_closed() -> None:
+def test_an_internal_error_of_any_type_fails_open_unless_fail_closed(tmp_path: Path) -> None:
     # A bug stands in for any exception screener did not raise on purpose: here the Slurm
     # client passed in has no attributes (AttributeError inside run_prolog).
     env = {"SLURM_JOB_ID": "9", "SLURM_JOB_NODELIST": "n1"}
-    opened = Policy(prolog=PrologPolicy(comment_token=""))
+    # the test's own store (the default is the machine's /var/lib/screener)
+    store = StorePolicy(url=f"sqlite:///{tmp_path}/s.db", spool_dir=str(tmp_path / "spool"))
+    opened = Policy(prolog=PrologPolicy(comment_token=""), store=store)
     log = HookLog("test")
     assert run_prolog(opened, env, log, client=object()) == 0  # type: ignore[arg-type]
     assert "internal error: AttributeError" in log.lines[-1]
     assert log.lines[-1].endswith("fail open: the job runs, nobody drained")
-    closed = Policy(prolog=PrologPolicy(comment_token="", fail_closed=True))
+    closed = Policy(prolog=PrologPolicy(comment_token="", fail_closed=True), store=store)
     assert run_prolog(closed, env, HookLog("test"), client=object()) == 1  # type: ignore[arg-type]
 
 
