@@ -25,6 +25,7 @@ import pytest
 from deploy.minicluster import ClusterHandle
 from screener.hooks.injob import private_dir, start_argv, stop_argv
 from screener.probe.private import INJOB_PARENT
+from tests.hooked_cluster import pace_devices
 
 pytestmark = pytest.mark.cluster
 SCREENER = [sys.executable, "-m", "screener.cli"]
@@ -134,6 +135,9 @@ def test_a_planted_name_is_never_followed_and_the_node_is_still_judged(
     kind: str,
 ) -> None:
     node, scratch = open_scratch, cluster.scratch
+    # One node alone is judged by the floors and its write/read ratio: paced, another
+    # worker's load cannot tip the ratio (unpaced, CI read 5.7x its write once: SLOW_READ).
+    pace_devices(cluster, [node])
     before = {k: _digest(v) for k, v in victims.items() if k != "blockdev"}
     in_scratch = _scratch_victim(cluster, node)
     old, private = f"{scratch}/.screener-probe", f"{scratch}/.screener"
