@@ -117,7 +117,7 @@ def _submit_sweep(
     cluster: ClusterHandle, nodes: list[str], out: Path, extra: dict[str, str]
 ) -> str:
     """The sweep job as `screener sweep --submit` makes it (submit_argv), on ``nodes``."""
-    argv = submit_argv(nodes, str(REPO / "jobs" / "sweep.sbatch"), wait=False)
+    argv = submit_argv(nodes, str(REPO / "jobs" / "sweep.sbatch"))
     argv[1:1] = ["-o", str(out / "sweep-%j.out")]
     env = {**cluster.env(), **extra, "SCREENER_BIN": str(SCREENER)}
     res = subprocess.run(

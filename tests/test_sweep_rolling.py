@@ -51,7 +51,7 @@ def test_a_node_whose_last_verdict_is_not_a_pass_is_due_at_once() -> None:
 
 def test_the_rolling_job_is_exclusive_low_priority_and_bounded() -> None:
     mode = SweepMode(rolling=True, config="/etc/s.toml")
-    argv = rolling_argv(["n2", "n1"], "/opt/sweep.sbatch", False, 10000, 7, mode.job_args())
+    argv = rolling_argv(["n2", "n1"], "/opt/sweep.sbatch", 10000, 7, mode.job_args())
     assert argv[:2] == ["sbatch", "--parsable"]
     for opt in ("--exclusive", "--nodes=2", f"--job-name={ROLLING_JOB}", "--nice=10000"):
         assert opt in argv

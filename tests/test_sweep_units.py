@@ -25,9 +25,10 @@ REPO = Path(__file__).resolve().parents[1]
 
 def test_the_mode_reaches_the_job_as_script_arguments() -> None:
     mode = SweepMode(dry_run=True, deep=True, config="/etc/s.toml")
-    argv = submit_argv(["n2", "n1"], "/opt/sweep.sbatch", wait=True, job_args=mode.job_args())
+    argv = submit_argv(["n2", "n1"], "/opt/sweep.sbatch", job_args=mode.job_args())
     assert argv[-5:] == ["/opt/sweep.sbatch", "--config", "/etc/s.toml", "--dry-run", "--deep"]
-    assert "--wait" in argv and not any(a.startswith("--export") for a in argv)
+    # screener follows the job itself (sweep/wait.py): sbatch never blocks
+    assert "--wait" not in argv and not any(a.startswith("--export") for a in argv)
     assert SweepMode().job_args() == []
     step = srun_probe_argv(["n1"], deep=True, config="/etc/s.toml")
     assert step[step.index("screener.cli") + 1 : step.index("probe")] == [

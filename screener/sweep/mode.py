@@ -62,7 +62,6 @@ class SweepMode:
 def submit_argv(
     nodes: Sequence[str],
     script: str,
-    wait: bool,
     job_args: Sequence[str] = (),
     name: str = "screener-sweep",
     options: Sequence[str] = (),
@@ -77,7 +76,6 @@ def submit_argv(
         f"--nodelist={fold_nodes(nodes)}",  # the nodes that were idle just now
         f"--job-name={name}",  # squeue tells the nightly sweep from a rolling one
         *options,
-        *(["--wait"] if wait else []),  # block until the sweep ended (tests, cron)
         script,  # a path given by the admin, passed as one argv word
         *job_args,  # the script's own arguments: the mode, handed on to `screener sweep`
     ]

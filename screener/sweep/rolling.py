@@ -54,14 +54,14 @@ def time_limit_min(bound_s: float) -> int:
 
 
 def rolling_argv(
-    nodes: Sequence[str], script: str, wait: bool, nice: int, minutes: int, job_args: Sequence[str]
+    nodes: Sequence[str], script: str, nice: int, minutes: int, job_args: Sequence[str]
 ) -> list[str]:
     """sbatch the sweep script as a rolling job over exactly ``nodes``."""
     options = [
         f"--nice={nice}",  # below every user job: one waiting for these nodes goes first
         f"--time={minutes}",  # the probe's bound: backfill can fit it between jobs
     ]
-    return submit_argv(nodes, script, wait, job_args, ROLLING_JOB, options)
+    return submit_argv(nodes, script, job_args, ROLLING_JOB, options)
 
 
 def pending_argv() -> list[str]:

@@ -14,11 +14,12 @@ from screener.errors import ConfigError
 from screener.hostlist import fold_nodes
 from screener.policy import Policy
 from screener.process import run_command
-from screener.slurm import SlurmNode, select_client
+from screener.slurm import SlurmClient, SlurmNode, select_client
 from screener.sweep.drained import sweep_drained
 from screener.sweep.mode import SweepMode, submit_argv
 from screener.sweep.rolling import due_nodes, rolling_argv, time_limit_min
 from screener.sweep.step import step_timeout_s
+from screener.sweep.wait import wait_for_job
 
 QUEUE_SLACK_S = 600.0  # --wait: the job may queue, the DB and its bookkeeping need their time
 ROLLING_SLACK_S = 60.0  # a rolling job's time limit: both rounds' bound plus bookkeeping
@@ -76,12 +77,12 @@ def submit_sweep(
             return 0
         minutes = time_limit_min(2 * step_timeout_s(policy, mode.deep) + ROLLING_SLACK_S)
         nice = policy.sweep.rolling_nice
-        argv = rolling_argv(nodes, script, wait, nice, minutes, mode.job_args())
-        return _sbatch(argv, nodes, why, policy, mode, wait, log)
+        argv = rolling_argv(nodes, script, nice, minutes, mode.job_args())
+        return _sbatch(argv, nodes, (client, why), policy, mode, wait, log)
     status = 0
     if nodes:
-        argv = submit_argv(nodes, script, wait, mode.job_args())
-        status = _sbatch(argv, nodes, why, policy, mode, wait, log)
+        argv = submit_argv(nodes, script, mode.job_args())
+        status = _sbatch(argv, nodes, (client, why), policy, mode, wait, log)
     else:
         log("no idle node to hold: nothing submitted")
     sweep_drained(policy, client, mode, nodes, log)  # the job's nodes were judged there
@@ -91,17 +92,24 @@ def submit_sweep(
 def _sbatch(
     argv: Sequence[str],
     nodes: Sequence[str],
-    why: str,
+    backend: tuple[SlurmClient, str],
     policy: Policy,
     mode: SweepMode,
     wait: bool,
     log: Callable[[str], None],
 ) -> int:
-    """Run sbatch (``wait``: until the job ended); its exit status, logged."""
+    """Run sbatch, then (``wait``) follow the job until it ended (sweep/wait.py); the exit
+    status: sbatch's, or 0 for a job that COMPLETED and 1 for any other end, logged."""
+    client, why = backend
     log(f"submitting the sweep over {fold_nodes(nodes)} ({why}): {mode.describe(policy)}")
-    res = run_command(argv, timeout=wait_timeout_s(policy, mode.deep) if wait else 60.0)
+    res = run_command(argv, timeout=60.0)
     if res.exit_status != 0:
         log(f"sbatch failed: {res.stderr.strip()}")
-    else:
-        log(f"sweep job {res.stdout.strip()} {'finished' if wait else 'submitted'}")
-    return res.exit_status
+        return res.exit_status
+    job_id = res.stdout.strip().split(";")[0]  # --parsable: "id" or "id;cluster"
+    if not wait:
+        log(f"sweep job {job_id} submitted")
+        return 0
+    end = wait_for_job(client, job_id, wait_timeout_s(policy, mode.deep))
+    log(f"sweep job {job_id} {'finished' if end.exit_status == 0 else 'ended'}: {end.detail}")
+    return end.exit_status
