@@ -14,7 +14,7 @@ APT_STAMP := $(VENV)/.apt-stamp
 PIP_STAMP := $(VENV)/.pip-stamp
 PG_VERSION_DIR := $(shell ls /etc/postgresql 2>/dev/null | head -n1)
 
-.PHONY: deps apt venv pyslurm bytecode ior demo test lint typecheck unit postgres bench bench-fleet cluster-down clean
+.PHONY: deps apt venv pyslurm bytecode ior demo test lint typecheck unit postgres bench bench-fleet cluster-down clean slurm-root
 
 deps: apt venv pyslurm bytecode
 
@@ -118,8 +118,21 @@ test: deps postgres ior lint typecheck
 unit: venv
 	$(PY) -m pytest -ra -m "not cluster and not postgres"
 
-demo: deps
-	$(PY) -m deploy.demo
+# `make demo SLURM=26.05`: the demo cluster runs that Slurm (its root built first if needed).
+demo: deps $(if $(SLURM),slurm-root)
+	$(if $(SLURM),SCREENER_TEST_SLURM=$(SLURM) )$(PY) -m deploy.demo
+
+# A newer Slurm beside the host's 22.05 (issue 43, deploy/slurmroot): its Debian root built
+# once by mmdebstrap into /var/cache/screener/slurm-root/$(SLURM) (a no-op when built). The
+# emulated cluster runs it with `up --slurm-version`, the tests with SCREENER_TEST_SLURM.
+# Not in deps nor test: SLURM=24.11 (trixie) or SLURM=26.05 (forky).
+SLURM ?=
+slurm-root: venv
+	@[ -n "$(SLURM)" ] || { echo "slurm-root: which release? make slurm-root SLURM=24.11 (or 26.05)" >&2; exit 2; }
+	@command -v mmdebstrap >/dev/null 2>&1 || { \
+	  echo "installing: mmdebstrap"; \
+	  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends mmdebstrap; }
+	$(PY) -m deploy.slurmroot build --version $(SLURM)
 
 bench: deps
 	$(PY) bench/dispatch.py

@@ -2,16 +2,18 @@
 
 The cluster is left up (idempotent on re-runs) so an admin can look around; the last line
 says how to take it down. Results go to the embedded default database (SQLite) unless
-SCREENER_DATABASE_URL says otherwise.
+SCREENER_DATABASE_URL says otherwise. SCREENER_TEST_SLURM=24.11 (`make demo SLURM=24.11`)
+runs that Slurm from its deploy/slurmroot root instead of the host's.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
 from deploy.minicluster.cluster import Cluster
-from deploy.minicluster.spec import SPEC_FILE, ClusterInfo
+from deploy.minicluster.spec import SPEC_FILE, ClusterInfo, slurm_version_arg
 from screener import cli
 from screener.errors import ScreenerError
 from screener.policy import Policy, database_url
@@ -41,6 +43,7 @@ def demo_config(info: ClusterInfo) -> Path:
 def main() -> int:
     """Bring the demo cluster up, screen it with `screener screen`, say where things are."""
     try:
+        version = slurm_version_arg(os.environ.get("SCREENER_TEST_SLURM"))
         cluster = Cluster()
         if (cluster.state_dir / SPEC_FILE).exists():  # a second `make demo`: reuse, repair
             print(
@@ -49,8 +52,13 @@ def main() -> int:
                 flush=True,
             )
         else:
-            print(f"bringing up {NODES} emulated nodes in {cluster.state_dir} ...", flush=True)
-        info = cluster.up(nodes=NODES, faults=[f"{SLOW_NODE}:slow_read={SLOW_READ_BPS}"])
+            slurm = f" (Slurm {version})" if version else ""
+            print(
+                f"bringing up {NODES} emulated nodes{slurm} in {cluster.state_dir} ...",
+                flush=True,
+            )
+        faults = [f"{SLOW_NODE}:slow_read={SLOW_READ_BPS}"]
+        info = cluster.up(nodes=NODES, faults=faults, slurm_version=version)
     except ScreenerError as exc:
         print(f"demo: error: {exc}", file=sys.stderr)
         return 1
@@ -60,9 +68,10 @@ def main() -> int:
     print(f"$ screener {' '.join(argv)}", flush=True)
     code = cli.main(argv)
     print(f"\nresults stored in {database_url(Policy())}")
+    path = "" if info.client_bin is None else f"PATH={info.client_bin}:$PATH "
     print(
         f"the emulated cluster is still up (ssh -F {info.ssh_config} {SLOW_NODE}; "
-        f"SLURM_CONF={info.slurm_conf} sinfo); take it down with: make cluster-down"
+        f"{path}SLURM_CONF={info.slurm_conf} sinfo); take it down with: make cluster-down"
     )
     return 0 if code in (0, cli.EXIT_SLOW) else code
 

@@ -23,6 +23,7 @@ if str(REPO) not in sys.path:  # `deploy` is not an installed package; tests imp
 
 from deploy.minicluster import Cluster, ClusterError, ClusterHandle, preflight  # noqa: E402
 from deploy.minicluster.slots import claim_slot  # noqa: E402
+from tests.hooked_cluster import slurm_version_under_test  # noqa: E402
 
 _ACTIVE: list[ClusterHandle] = []  # the session cluster, once it is up
 
@@ -90,7 +91,12 @@ def cluster() -> Iterator[ClusterHandle]:
     with claim_slot() as slot:
         mc = Cluster(slot.state_dir)
         try:
-            info = mc.up(nodes, subnet=slot.subnet, slurm_port_base=slot.slurm_port_base)
+            info = mc.up(
+                nodes,
+                subnet=slot.subnet,
+                slurm_port_base=slot.slurm_port_base,
+                slurm_version=slurm_version_under_test(),  # SCREENER_TEST_SLURM
+            )
         except ClusterError as exc:
             mc.down()
             pytest.fail(f"cannot bring the test cluster up: {exc}", pytrace=False)

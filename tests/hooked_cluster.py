@@ -4,21 +4,44 @@ prolog, epilog and sweep tests; plus helpers to submit jobs and wait for them.""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
+import pytest
+
 from deploy.minicluster import Cluster, ClusterError, ClusterHandle
 from deploy.minicluster.procs import wait_until
 from deploy.minicluster.slots import claim_slot
+from deploy.minicluster.spec import slurm_version_arg
+from screener.slurm.parse import job_state as one_word_state
 
 REPO = Path(__file__).resolve().parents[1]
 SCREENER = REPO / ".venv" / "bin" / "screener"
 T = TypeVar("T")
 # Slurm job states of a job that has not finished yet
 ACTIVE = frozenset({"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED"})
+
+
+def slurm_version_under_test() -> str | None:
+    """The Slurm every test cluster runs (the session's and the hooked ones): the one place
+    SCREENER_TEST_SLURM is read. 24.11, 26.05: that release from its deploy/slurmroot root
+    (built by `make slurm-root SLURM=V`; missing, `up` fails saying so); unset, empty or
+    22.05: the host's."""
+    return slurm_version_arg(os.environ.get("SCREENER_TEST_SLURM"))
+
+
+SLURM_UNDER_TEST = slurm_version_under_test()
+# pyslurm 22.5.3 links libslurm.so.38 (Slurm 22.05), which no other root has (ImportError
+# inside it), and a host-side pyslurm would speak 22.05's protocol to a newer slurmctld.
+PYSLURM_NEEDS_HOST_SLURM = pytest.mark.skipif(
+    SLURM_UNDER_TEST is not None,
+    reason=f"SCREENER_TEST_SLURM={SLURM_UNDER_TEST}: pyslurm 22.5.3 serves only Slurm 22.05 "
+    "(ImportError libslurm.so.38 inside that version's root)",
+)
 
 
 def hook_script(directory: Path, hook: str, config: Path, hookd: str = "off") -> Path:
@@ -67,6 +90,7 @@ def hooked_cluster(
                 prolog=str(prolog),
                 epilog=str(epilog),
                 nested_loop=True,  # slow reads show in each node's own iostat
+                slurm_version=slurm_version_under_test(),
             )
             yield ClusterHandle(mc, info)
         finally:
@@ -103,12 +127,55 @@ def sbatch(cluster: ClusterHandle, *args: str) -> str:
 
 
 def job_state(cluster: ClusterHandle, job_id: str) -> dict[str, Any]:
-    """The job's squeue --json record (the controller keeps finished jobs for MinJobAge)."""
-    data = json.loads(cluster.slurm("squeue", "--json").stdout)
+    """The job's squeue --json record (the controller keeps finished jobs for MinJobAge), in
+    22.05's shape whatever SCREENER_TEST_SLURM runs (as_2205_job)."""
+    # 23.02+ squeue applies its default filter with --json too (22.05 ignored filters then):
+    # a finished job is listed only with --states=all.
+    every = ("--states=all",) if SLURM_UNDER_TEST is not None else ()
+    data = json.loads(cluster.slurm("squeue", "--json", *every).stdout)
     for job in data["jobs"]:
         if str(job["job_id"]) == job_id:
-            return dict(job)
+            return as_2205_job(job)
     raise AssertionError(f"job {job_id} unknown to Slurm")
+
+
+def as_2205_job(job: dict[str, Any]) -> dict[str, Any]:
+    """A squeue --json job as the tests read it (22.05): 23.02+ print `job_state` as a list
+    (base state, then flags: ["PENDING", "COMPLETING"]); 22.05 printed one word, certain
+    flags before the base state (screener.slurm.parse.job_state). Numbers stay as they are
+    (restart_cnt is plain in 24.11 and 26.05)."""
+    out = dict(job)
+    if isinstance(job.get("job_state"), list):
+        out["job_state"] = one_word_state(job["job_state"])  # screener's own reading
+    return out
+
+
+def as_2205_nodes(data: dict[str, Any]) -> list[dict[str, Any]]:
+    """sinfo --json nodes as the tests read them (22.05: `state` one lower-case word,
+    `state_flags` the rest, `reason` text). 23.02+ group nodes under sinfo[].nodes.nodes with
+    `state` a list and `reason` an object; the node-level fields tests use are rebuilt."""
+    if "nodes" in data:
+        return list(data["nodes"])
+    nodes: dict[str, dict[str, Any]] = {}
+    for rec in data["sinfo"]:
+        state = list(rec["node"]["state"])
+        reason = rec.get("reason")
+        text = reason.get("description", "") if isinstance(reason, dict) else reason or ""
+        part = rec.get("partition", {}).get("name", "")
+        for name in rec["nodes"]["nodes"]:
+            node = nodes.setdefault(
+                name,
+                {
+                    "name": name,
+                    "state": state[0].lower() if state else "",
+                    "state_flags": state[1:],
+                    "reason": text,
+                    "partitions": [],
+                },
+            )
+            if part and part not in node["partitions"]:
+                node["partitions"].append(part)
+    return list(nodes.values())
 
 
 def wait_for(what: str, check: Callable[[], T | bool | None], timeout: float = 180.0) -> T:
@@ -139,7 +206,7 @@ def wait_job(cluster: ClusterHandle, job_id: str, timeout: float = 240.0) -> dic
 
 def sinfo_nodes(cluster: ClusterHandle) -> dict[str, dict[str, Any]]:
     data = json.loads(cluster.slurm("sinfo", "--json").stdout)
-    return {n["name"]: n for n in data["nodes"]}
+    return {n["name"]: n for n in as_2205_nodes(data)}
 
 
 def run_screener(

@@ -116,9 +116,11 @@ def test_spool_and_doctor_answer_in_words(tmp_path: Path) -> None:
         f'[store]\nurl = "sqlite:///{tmp_path}/db.sqlite"\nspool_dir = "{tmp_path}/sp"\n'
     )
     env_cfg = ("--config", str(config))
-    listed = cli(tmp_path, *env_cfg, "spool", "list")
+    # a terminal wide enough for both paths: at 80 columns a path wraps inside a word when
+    # tmp_path is long (an xdist worker's popen-gwN adds 11 characters)
+    listed = cli(tmp_path, *env_cfg, "spool", "list", columns=400)
     assert listed.returncode == 0, listed.stderr
-    said = " ".join(ln.strip() for ln in listed.stdout.splitlines())  # long paths wrap at 80
+    said = listed.stdout.strip()
     assert said == f"no run spooled for {tmp_path}/db.sqlite in {tmp_path}/sp"
     replayed = cli(tmp_path, *env_cfg, "spool", "replay")
     assert replayed.returncode == 0 and "no run spooled" in replayed.stdout, replayed.stdout

@@ -433,7 +433,11 @@ def test_faults_on_unknown_nodes_and_status(cluster: ClusterHandle) -> None:
 def test_up_again_is_idempotent_and_repairs(cluster: ClusterHandle) -> None:
     spec = cluster.info.spec
     mc = Cluster(cluster.state_dir)
-    kwargs = {"subnet": spec.subnet, "slurm_port_base": spec.slurm_port_base}
+    kwargs = {
+        "subnet": spec.subnet,
+        "slurm_port_base": spec.slurm_port_base,
+        "slurm_version": spec.slurm_version,  # SCREENER_TEST_SLURM's: up refuses a change
+    }
     before = json.loads((cluster.state_dir / "runtime.json").read_text())
     mc.up(spec.nodes, **kwargs)  # type: ignore[arg-type]
     assert json.loads((cluster.state_dir / "runtime.json").read_text()) == before

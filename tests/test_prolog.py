@@ -25,6 +25,7 @@ from screener.store import open_store
 from screener.store.run_views import PROLOG_PROBES, run_detail
 from screener.store.slurm_records import SlurmRecords
 from tests.hooked_cluster import (
+    PYSLURM_NEEDS_HOST_SLURM,
     hooked_cluster,
     job_state,
     pace_devices,
@@ -77,7 +78,9 @@ def _ran_on(site: dict[str, Any], job_id: str) -> set[str]:
     return set((site["out"] / f"hosts-{job_id}.txt").read_text().split())
 
 
-@pytest.mark.parametrize("backend", ["cli", "pyslurm"])
+@pytest.mark.parametrize(
+    "backend", ["cli", pytest.param("pyslurm", marks=PYSLURM_NEEDS_HOST_SLURM)]
+)
 def test_slow_node_drained_job_requeued_onto_healthy_nodes(
     site: dict[str, Any], backend: str
 ) -> None:

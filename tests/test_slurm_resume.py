@@ -16,7 +16,12 @@ import pytest
 
 from screener.probe_data import Trigger
 from screener.store import open_store
-from tests.hooked_cluster import run_screener, sinfo_nodes, write_config
+from tests.hooked_cluster import (
+    PYSLURM_NEEDS_HOST_SLURM,
+    run_screener,
+    sinfo_nodes,
+    write_config,
+)
 
 pytestmark = pytest.mark.cluster
 
@@ -37,7 +42,9 @@ def _screener_drain(cluster: Any, db: str, node: str, reason: str) -> None:
         store.record_event(node, "drain", reason, datetime.now(UTC), run, reason)
 
 
-@pytest.mark.parametrize("backend", ["cli", "pyslurm"])
+@pytest.mark.parametrize(
+    "backend", ["cli", pytest.param("pyslurm", marks=PYSLURM_NEEDS_HOST_SLURM)]
+)
 def test_resume_only_screener_drains_with_unchanged_reason(
     cluster: Any, tmp_path: Path, backend: str
 ) -> None:

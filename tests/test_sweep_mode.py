@@ -24,7 +24,7 @@ from sqlalchemy import func, select
 
 from deploy.minicluster import ClusterHandle
 from deploy.minicluster.procs import cgroup_path
-from screener.hostlist import fold_nodes
+from screener.hostlist import expand_nodeset, fold_nodes
 from screener.policy import load_policy
 from screener.probe.fio import probe_file, recipe_fingerprint
 from screener.probe_data import Status, Trigger
@@ -408,11 +408,17 @@ def test_a_node_slow_since_its_rolling_probe_is_caught_by_its_sentinel(
     )  # fmt: skip
     job = wait_job(cluster, job_id)
     log = site["log"].read_text()
-    assert f"{nodes[0]}: sentinel read" in log, log
-    assert f"{fold_nodes(nodes[1:5])}: fresh, triaged beside {nodes[0]} as references" in log
+    prolog = "".join(ln for ln in log.splitlines(keepends=True) if " screener prolog: " in ln)
+    assert f"{nodes[0]}: sentinel read" in prolog, log
+    # the others triaged beside it; under load a healthy node's sentinel may fail too (CI
+    # on a135af7: node04 read 0.46x twice) and join it as a reference after its full probe
+    triaged = re.search(r": (\S+): fresh, triaged beside (\S+) as references", prolog)
+    assert triaged, log
+    beside, refs = set(expand_nodeset(triaged[1])), set(expand_nodeset(triaged[2]))
+    assert nodes[0] in refs and beside | refs == set(nodes[:5]) and len(beside) >= 3, log
     assert "DRAIN" in sinfo_nodes(cluster)[nodes[0]]["state_flags"], log
     # the failed sentinel was the first window: round 1 decided it, no re-probe
     assert "[decisive in round 1: seq read <= 0.1x the peer median, after a sentinel read" in log
-    assert "round 2 beside" not in log, log
+    assert "round 2 beside" not in prolog, log  # (the rolling sweep's may have had one)
     ran = set((site["out"] / f"job-{job_id}.txt").read_text().split())
     assert job["job_state"] == "COMPLETED" and nodes[0] not in ran, (job, ran, log)

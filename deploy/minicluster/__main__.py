@@ -14,7 +14,8 @@ import time
 from collections.abc import Sequence
 
 from deploy.minicluster.cluster import Cluster, ClusterStatus
-from deploy.minicluster.spec import DEFAULT_STATE_DIR, FAULT_KINDS
+from deploy.minicluster.spec import DEFAULT_STATE_DIR, FAULT_KINDS, HOST_SLURM, slurm_version_arg
+from deploy.slurmroot import SUITES
 from screener.errors import ScreenerError
 
 
@@ -41,6 +42,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--nested-loop",
         action="store_true",
         help="/scratch on a loop nested in another: slow_* show in the node's iostat",
+    )
+    up.add_argument(
+        "--slurm-version",
+        metavar="V",
+        help=f"run Slurm V ({', '.join(sorted(SUITES))}) from its root "
+        f"(make slurm-root SLURM=V); default: the host's ({HOST_SLURM})",
     )
     up.add_argument("--timeout", type=float, default=180.0, help="readiness deadline, s")
 
@@ -89,8 +96,11 @@ def _dispatch(cluster: Cluster, ns: argparse.Namespace) -> int:
             nested_loop=ns.nested_loop,
             faults=ns.fault,
             timeout=ns.timeout,
+            slurm_version=slurm_version_arg(ns.slurm_version),
         )
-        print(f"cluster {info.cluster_id} up: {info.hostlist} in {time.monotonic() - t0:.1f} s")
+        version = f" (Slurm {info.spec.slurm_version})" if info.spec.slurm_version else ""
+        took = time.monotonic() - t0
+        print(f"cluster {info.cluster_id} up: {info.hostlist}{version} in {took:.1f} s")
         for key, value in sorted(info.env(inherit=False).items()):
             print(f"export {key}={shlex.quote(value)}")
         print(f"# try: ssh -F {info.ssh_config} {info.nodes[0]} hostname")
@@ -116,7 +126,7 @@ def _dispatch(cluster: Cluster, ns: argparse.Namespace) -> int:
 
 
 def _status_json(st: ClusterStatus) -> dict[str, object]:
-    return {
+    out: dict[str, object] = {
         "cluster_id": st.info.cluster_id,
         "state_dir": str(st.info.state_dir),
         "spec": st.info.spec.to_json(),
@@ -125,6 +135,9 @@ def _status_json(st: ClusterStatus) -> dict[str, object]:
         "slurmctld": st.slurmctld,
         "nodes": [vars(n) for n in st.nodes],
     }
+    if st.controller_ns is not None:  # a versioned cluster's controller namespace holder
+        out["controller_ns"] = st.controller_ns
+    return out
 
 
 def _status_text(st: ClusterStatus) -> str:
@@ -132,10 +145,12 @@ def _status_text(st: ClusterStatus) -> str:
         return "-" if value is None else ("up" if value else "DOWN")
 
     info = st.info
+    ctl = "" if st.controller_ns is None else f", controller ns {flag(st.controller_ns)}"
+    version = f" (Slurm {info.spec.slurm_version})" if info.spec.slurm_version else ""
     lines = [
-        f"cluster {info.cluster_id} in {info.state_dir}: {info.hostlist}, "
+        f"cluster {info.cluster_id} in {info.state_dir}: {info.hostlist}{version}, "
         f"{'healthy' if st.healthy else 'DEGRADED'}; munged {flag(st.munged)}, "
-        f"slurmctld {flag(st.slurmctld)}",
+        f"slurmctld {flag(st.slurmctld)}{ctl}",
         f"{'node':10} {'addr':14} {'ns':5} {'sshd':5} {'slurmd':6} {'loop':12} {'slurm':10} faults",
     ]
     for n in st.nodes:

@@ -13,6 +13,8 @@ import shlex
 import shutil
 from pathlib import Path
 
+from deploy.slurmroot import bind_argvs
+
 # Root's sbin directories are often missing from PATH when run from a venv or a hook.
 _EXTRA_PATH = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
 
@@ -56,6 +58,38 @@ def holder() -> list[str]:
         tool("sleep"),
         "infinity",  # no --fork: the recorded pid is the namespace owner itself
     ]
+
+
+def controller_holder() -> list[str]:
+    """A versioned cluster's controller namespace owner: a mount namespace (the root's /usr
+    bound in it) that munged, slurmctld (and so its hooks) and the client shims enter. The
+    controller keeps the host's hostname (SlurmctldHost=localhost)."""
+    return [
+        tool("unshare"),
+        "--mount",  # the binds live only here
+        "--propagation",
+        "private",
+        "--",
+        tool("sleep"),
+        "infinity",  # no --fork: the recorded pid is the namespace owner itself
+    ]
+
+
+def in_controller(holder_pid: int, cmd: list[str]) -> list[str]:
+    """Run cmd inside the controller's mount namespace (same pid, no fork)."""
+    return [tool("nsenter"), "-t", str(holder_pid), "-m", "--", *cmd]
+
+
+def root_binds(root: Path) -> list[list[str]]:
+    """deploy.slurmroot's read-only binds (ld.so.cache, alternatives, then /usr), with the
+    host's mount by absolute path (run each via in_node / in_controller)."""
+    return [[tool("mount"), *cmd[1:]] for cmd in bind_argvs(root)]
+
+
+def client(name: str, bin_dir: Path | None) -> str:
+    """A Slurm client for a cluster: its shim when it has one dir of them (a versioned
+    cluster: never the host's tool, which speaks another Slurm protocol), else the host's."""
+    return str(bin_dir / name) if bin_dir is not None else tool(name)
 
 
 def in_node(holder_pid: int, cmd: list[str]) -> list[str]:
@@ -151,10 +185,10 @@ def umount_lazy(target: str) -> list[str]:
     return [tool("umount"), "--lazy", target]
 
 
-def sshd(conf: Path) -> list[str]:
-    """A node's sshd in the foreground (the launcher detaches it)."""
+def sshd(conf: Path, exe: str | None = None) -> list[str]:
+    """A node's sshd in the foreground (the launcher detaches it); `exe`: the root's."""
     return [
-        tool("sshd"),  # absolute path: sshd re-executes itself per connection
+        exe or tool("sshd"),  # absolute path: sshd re-executes itself per connection
         "-D",  # do not daemonise: the launcher's pid is sshd's pid
         "-e",  # log to stderr, which goes to the node's log file
         "-f",
@@ -162,10 +196,10 @@ def sshd(conf: Path) -> list[str]:
     ]
 
 
-def munged(socket: Path, key: Path, munge_dir: Path) -> list[str]:
+def munged(socket: Path, key: Path, munge_dir: Path, exe: str | None = None) -> list[str]:
     """The cluster's private munged, on its own socket (never the system one)."""
     return [
-        tool("munged"),
+        exe or tool("munged"),
         "--foreground",  # the launcher's pid is munged's pid
         "--force",  # run as root with the key under /tmp
         f"--socket={socket}",
@@ -177,15 +211,15 @@ def munged(socket: Path, key: Path, munge_dir: Path) -> list[str]:
     ]
 
 
-def slurmctld(conf: Path) -> list[str]:
+def slurmctld(conf: Path, exe: str | None = None) -> list[str]:
     """The controller, in the foreground."""
-    return [tool("slurmctld"), "-D", "-f", str(conf)]
+    return [exe or tool("slurmctld"), "-D", "-f", str(conf)]
 
 
-def slurmd(node: str, conf: Path) -> list[str]:
+def slurmd(node: str, conf: Path, exe: str | None = None) -> list[str]:
     """One node's slurmd, in the foreground (run via in_node so steps see the node)."""
     return [
-        tool("slurmd"),
+        exe or tool("slurmd"),
         "-D",  # foreground: the launcher records the daemon itself
         "-N",
         node,  # which NodeName= entry this slurmd is
@@ -194,24 +228,26 @@ def slurmd(node: str, conf: Path) -> list[str]:
     ]
 
 
-def sinfo_states() -> list[str]:
+# The Slurm clients below: `bin_dir` is ClusterInfo.client_bin (None: the host's tools).
+def sinfo_states(bin_dir: Path | None = None) -> list[str]:
     """One `<node> <state>` line per node (SLURM_CONF comes from the environment)."""
-    return [tool("sinfo"), "--noheader", "--Node", "--format=%N %T"]
+    return [client("sinfo", bin_dir), "--noheader", "--Node", "--format=%N %T"]
 
 
-def squeue_jobs() -> list[str]:
+def squeue_jobs(bin_dir: Path | None = None) -> list[str]:
     """Ids of all jobs still known to the controller that are not finished."""
-    return [tool("squeue"), "--noheader", "--format=%i", "--states=PD,R,CG,CF,S,RQ,RS,SE"]
+    states = "--states=PD,R,CG,CF,S,RQ,RS,SE"
+    return [client("squeue", bin_dir), "--noheader", "--format=%i", states]
 
 
-def scancel_all() -> list[str]:
+def scancel_all(bin_dir: Path | None = None) -> list[str]:
     """Cancel every root job of this cluster (tests leave none behind)."""
-    return [tool("scancel"), "--user=root"]
+    return [client("scancel", bin_dir), "--user=root"]
 
 
-def resume_nodes(hostlist: str) -> list[str]:
+def resume_nodes(hostlist: str, bin_dir: Path | None = None) -> list[str]:
     """Return drained/down nodes to service."""
-    return [tool("scontrol"), "update", f"nodename={hostlist}", "state=resume"]
+    return [client("scontrol", bin_dir), "update", f"nodename={hostlist}", "state=resume"]
 
 
 def ssh(ssh_config: Path, node: str, cmd: list[str]) -> list[str]:

@@ -18,8 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
+from deploy import slurmroot
 from deploy.minicluster import argv, preflight, render
-from deploy.minicluster.nodes import Nodes, listening
+from deploy.minicluster.nodes import Nodes, listening, unshared
 from deploy.minicluster.procs import (
     Proc,
     alive,
@@ -37,6 +38,7 @@ from deploy.minicluster.records import CTL, RUNTIME_FILE, Records
 from deploy.minicluster.spec import (
     DEFAULT_STATE_DIR,
     LOOP_FAULTS,
+    SHIM_TOOLS,
     SPEC_FILE,
     ClusterError,
     ClusterInfo,
@@ -46,11 +48,12 @@ from deploy.minicluster.spec import (
     read_json,
     validate_state_dir,
 )
+from deploy.slurmroot import tool_in_root
 
 T = TypeVar("T")
 FaultArg = str | tuple[str, str, int | str | None]
 READY_STATES = frozenset({"idle", "allocated", "mixed", "completing", "drained", "draining"})
-_REMOVED_ON_DOWN = ("ssh", "slurm", "munge", "nodes", "faults", RUNTIME_FILE, SPEC_FILE)
+_REMOVED_ON_DOWN = ("ssh", "slurm", "munge", "nodes", "faults", "bin", RUNTIME_FILE, SPEC_FILE)
 
 
 @dataclass(frozen=True)
@@ -75,12 +78,14 @@ class ClusterStatus:
     munged: bool | None
     slurmctld: bool | None
     nodes: list[NodeStatus]
+    controller_ns: bool | None = None  # None: no controller holder (the host's Slurm)
 
     @property
     def healthy(self) -> bool:
         return (
             self.munged is not False
             and self.slurmctld is not False
+            and self.controller_ns is not False
             and all(
                 n.holder and (n.sshd or "unreachable" in n.faults) and n.slurmd is not False
                 for n in self.nodes
@@ -123,8 +128,12 @@ class Cluster:
         nested_loop: bool = False,
         faults: Sequence[FaultArg] = (),
         timeout: float = 180.0,
+        slurm_version: str | None = None,
     ) -> ClusterInfo:
-        """Bring the cluster up, or check and repair it if it is up with the same arguments."""
+        """Bring the cluster up, or check and repair it if it is up with the same arguments.
+
+        ``slurm_version`` (24.11, 26.05): run that Slurm from deploy.slurmroot's root, which
+        must be built already (ClusterError saying how otherwise); None: the host's."""
         spec = ClusterSpec(
             nodes=nodes,
             prefix=prefix,
@@ -135,13 +144,15 @@ class Cluster:
             prolog=_hook_path("--prolog", prolog),
             epilog=_hook_path("--epilog", epilog),
             nested_loop=nested_loop,
+            slurm_version=slurm_version,
         )
+        require_root(spec.slurm_version)
         wanted = [_fault_tuple(f) for f in faults]
         for node, kind, _ in wanted:  # refuse bad faults before building anything
             ClusterInfo(self.state_dir, spec).index(node)
             if sshd_only and kind in LOOP_FAULTS:
                 raise ClusterError(f"{kind} needs /scratch, which an --sshd-only cluster lacks")
-        preflight.check(sshd_only)
+        preflight.check(sshd_only, ClusterInfo(self.state_dir, spec).slurm_root)
         deadline = time.monotonic() + timeout
         with self._locked():
             data = read_json(self.state_dir / SPEC_FILE)
@@ -219,8 +230,9 @@ class Cluster:
         ctl = recs.node(CTL)
         slurm_states: dict[str, str] = {}
         if info.slurm:
-            with contextlib.suppress(ClusterError):
-                slurm_states = parse_sinfo(run(argv.sinfo_states(), timeout=15, env=info.env()))
+            cmd = argv.sinfo_states(info.client_bin)
+            with contextlib.suppress(ClusterError, OSError):  # OSError: a shim not written yet
+                slurm_states = parse_sinfo(run(cmd, timeout=15, env=info.env()))
         nodes = []
         for node in info.nodes:
             rec = recs.node(node)
@@ -241,6 +253,7 @@ class Cluster:
             munged=alive(ctl.procs.get("munged")) if info.slurm else None,
             slurmctld=alive(ctl.procs.get("slurmctld")) if info.slurm else None,
             nodes=nodes,
+            controller_ns=alive(ctl.procs.get("holder")) if info.slurm_root else None,
         )
 
     # -- faults ----------------------------------------------------------------------------
@@ -304,7 +317,9 @@ class _Bringup:
         info = self.info
         ctl = self.recs.node(CTL)
         if info.slurm and not (
-            alive(ctl.procs.get("munged")) and alive(ctl.procs.get("slurmctld"))
+            alive(ctl.procs.get("munged"))
+            and alive(ctl.procs.get("slurmctld"))
+            and (info.slurm_root is None or alive(ctl.procs.get("holder")))
         ):
             self._start_controller(deadline, only_dead=True)
 
@@ -361,9 +376,11 @@ class _Bringup:
             render.slurm_conf(info, os.cpu_count() or 1, hooks.get("prolog"), hooks.get("epilog"))
         )
         ctl = self.recs.node(CTL)
+        enter = self._controller_namespace(cg, deadline)
         if not (only_dead and alive(ctl.procs.get("munged"))):
             log = info.logs_dir / "munged.log"
-            cmd = argv.munged(info.munge_socket, key, info.munge_dir)
+            exe = self.nodes.exe("munged")
+            cmd = enter(argv.munged(info.munge_socket, key, info.munge_dir, exe))
             proc = launch("munged", cmd, cg, info.munge_dir / "launch.pid", log, deadline)
             self.recs.set_proc(CTL, "munged", proc)
             wait_until(
@@ -373,9 +390,43 @@ class _Bringup:
             )
         if not (only_dead and alive(ctl.procs.get("slurmctld"))):
             log = info.logs_dir / "slurmctld.out"
-            cmd = argv.slurmctld(info.slurm_conf)
+            cmd = enter(argv.slurmctld(info.slurm_conf, self.nodes.exe("slurmctld")))
             proc = launch("slurmctld", cmd, cg, info.slurm_dir / "launch.pid", log, deadline)
             self.recs.set_proc(CTL, "slurmctld", proc)
+
+    def _controller_namespace(self, cg: Path, deadline: float) -> Callable[[list[str]], list[str]]:
+        """How a controller daemon is started: as is (the host's Slurm), or inside the
+        controller holder's mount namespace with the root's binds (a versioned cluster; the
+        holder is started, and bound, if it is not running)."""
+        info = self.info
+        root = info.slurm_root
+        if root is None:
+            return lambda cmd: cmd
+        ctl = self.recs.node(CTL)
+        holder = ctl.procs.get("holder")
+        if not alive(holder):
+            # Daemons of a namespace nobody can enter any more: restarted in the new one.
+            for role in ("slurmctld", "munged"):
+                stop(ctl.procs.get(role), grace=2.0)
+                self.recs.set_proc(CTL, role, None)
+            log = info.logs_dir / "controller.holder.log"
+            pidfile = info.slurm_dir / "holder.pid"
+            what = "controller namespace holder"
+            holder = launch(what, argv.controller_holder(), cg, pidfile, log, deadline)
+            self.recs.set_proc(CTL, "holder", holder)
+            pid = holder.pid
+            wait_until(
+                "the controller namespace holder to unshare",
+                lambda: unshared(pid, ("mnt",)),
+                deadline,
+                lambda: tail(log),
+            )
+            for cmd in argv.root_binds(root):
+                run(argv.in_controller(pid, cmd))
+                self.recs.add_mount(CTL, cmd[-1])
+        assert holder is not None
+        pid = holder.pid
+        return lambda cmd: argv.in_controller(pid, cmd)
 
     def _wait_controller(self, deadline: float) -> None:
         info = self.info
@@ -393,6 +444,31 @@ class _Bringup:
         keys = {n: self.nodes.host_key(n) for n in info.nodes}
         info.known_hosts.write_text(render.known_hosts(info, keys))
         info.ssh_config.write_text(render.ssh_config(info))
+        self._write_shims()
+
+    def _write_shims(self) -> None:
+        """A versioned cluster: <state_dir>/bin/<tool> for each Slurm client its root ships,
+        each entering the controller holder (pid as recorded now; rewritten by every `up`).
+        Written atomically: a client may be running one while a repair rewrites it."""
+        info = self.info
+        root, bin_dir = info.slurm_root, info.client_bin
+        if root is None or bin_dir is None:
+            return
+        holder = self.recs.node(CTL).procs.get("holder")
+        if not alive(holder):
+            raise ClusterError("the controller namespace holder is not running")
+        assert holder is not None
+        bin_dir.mkdir(exist_ok=True)
+        for name in SHIM_TOOLS:
+            path = bin_dir / name
+            found = tool_in_root(root, name)
+            if found is None:
+                path.unlink(missing_ok=True)
+                continue
+            tmp = bin_dir / f".{name}.tmp"
+            tmp.write_text(render.slurm_shim(argv.tool("nsenter"), holder.pid, found))
+            tmp.chmod(0o755)
+            os.replace(tmp, path)
 
     def _wait_ready(self, deadline: float, fresh: bool) -> None:
         """sshd answers on every reachable node; sinfo shows every node idle (or usable)."""
@@ -409,7 +485,7 @@ class _Bringup:
                 proc = self.recs.node(n).procs.get("slurmd")
                 if not alive(proc):
                     _dead(f"slurmd of {n}", proc, info.logs_dir / f"{n}.slurmd.log")
-            last = parse_sinfo(run(argv.sinfo_states(), timeout=30, env=info.env()))
+            last = parse_sinfo(run(argv.sinfo_states(info.client_bin), timeout=30, env=info.env()))
             ok = {"idle"} if fresh else READY_STATES
             return all(last.get(n) in ok for n in info.nodes)
 
@@ -438,6 +514,17 @@ def _parallel(fn: Callable[[str], T], items: Iterable[str]) -> list[T]:
     return [fut.result() for fut in futures]
 
 
+def require_root(version: str | None) -> Path | None:
+    """The built root of a Slurm version (None: the host's Slurm); a one-line ClusterError
+    naming the command that builds it. Never a silent fall back to the host's Slurm."""
+    if version is None:
+        return None
+    try:
+        return slurmroot.find(version).path
+    except slurmroot.SlurmRootError as exc:
+        raise ClusterError(str(exc)) from None
+
+
 def _hook_path(flag: str, path: str | None) -> str | None:
     """Absolute path of an executable hook script, or a one-line error."""
     if path is None:
@@ -457,6 +544,8 @@ def _fault_tuple(fault: FaultArg) -> tuple[str, str, int | None]:
 
 def _describe(spec: ClusterSpec) -> str:
     kind = "sshd-only" if spec.sshd_only else "slurm"
+    if spec.slurm_version is not None:
+        kind += f" {spec.slurm_version}"
     return (
         f"{spec.nodes} x {spec.prefix}, subnet {spec.subnet}, "
         f"slurm ports {spec.slurm_port_base}+, {kind}"

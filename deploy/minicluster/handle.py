@@ -82,20 +82,21 @@ class ClusterHandle:
         if not self.info.slurm:
             return
         env = self.env()
-        run(argv.scancel_all(), env=env)
+        bin_dir = self.info.client_bin
+        run(argv.scancel_all(bin_dir), env=env)
         wait_until(
             "cancelled jobs to leave the queue",
-            lambda: not run(argv.squeue_jobs(), env=env).split(),
+            lambda: not run(argv.squeue_jobs(bin_dir), env=env).split(),
             deadline,
         )
         states: dict[str, str] = {}
 
         def idle() -> bool:
             nonlocal states
-            states = parse_sinfo(run(argv.sinfo_states(), env=env))
+            states = parse_sinfo(run(argv.sinfo_states(bin_dir), env=env))
             stuck = [n for n in self.nodes if states.get(n, "").rstrip("*") in _RESUMABLE]
             if stuck:
-                run(argv.resume_nodes(",".join(stuck)), env=env)
+                run(argv.resume_nodes(",".join(stuck), bin_dir), env=env)
             return all(states.get(n) == "idle" for n in self.nodes)
 
         wait_until("every node idle", idle, deadline, lambda: str(states))
@@ -115,8 +116,10 @@ class ClusterHandle:
     def slurm(
         self, *cmd: str, timeout: float = 60.0, check: bool = True
     ) -> subprocess.CompletedProcess[str]:
-        """Run a Slurm client command (sinfo, srun, sbatch, ...) against this cluster."""
-        return _run([argv.tool(cmd[0]), *cmd[1:]], self.env(), timeout, check)
+        """Run a Slurm client command (sinfo, srun, sbatch, ...) against this cluster (the
+        cluster's version of it: a versioned cluster's shim)."""
+        exe = argv.client(cmd[0], self.info.client_bin)
+        return _run([exe, *cmd[1:]], self.env(), timeout, check)
 
 
 _RESUMABLE = frozenset({"drained", "draining", "down", "drain", "fail", "failing"})

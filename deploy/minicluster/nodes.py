@@ -39,6 +39,7 @@ from deploy.minicluster.spec import (
     ClusterInfo,
     PreconditionError,
 )
+from deploy.slurmroot import tool_in_root
 
 # sshd's compiled-in privilege-separation directory (Debian: /run/sshd). sshd refuses to
 # start unless it exists, is owned by root and is not group/world-writable. Debian creates
@@ -81,15 +82,38 @@ class Nodes:
         # nsenter -t <pid> would enter the host's namespaces and rename the host itself.
         wait_until(
             f"{node} namespace holder to unshare",
-            lambda: _unshared(holder.pid),
+            lambda: unshared(holder.pid),
             deadline,
             lambda: tail(self._log(node, "holder")),
         )
+        self.bind_root(node, holder)
         run(argv.in_node(holder.pid, argv.set_hostname(node)))
         self._quiet_login_shell(node, holder)
         if not info.spec.sshd_only:
             self._make_scratch(node, holder)
         self.start_sshd(node, deadline)
+
+    def bind_root(self, node: str, holder: Proc) -> None:
+        """A versioned cluster: the root's /usr (and ld.so.cache, alternatives) bound in the
+        node before anything runs there, so its sshd, slurmd, job steps and every ssh
+        command (fio, iostat, the venv's python under the root's glibc) are that version's.
+        They go with the namespace: nothing to undo at teardown."""
+        root = self.info.slurm_root
+        if root is None:
+            return
+        for cmd in argv.root_binds(root):
+            run(argv.in_node(holder.pid, cmd))
+            self.rec.add_mount(node, cmd[-1])
+
+    def exe(self, name: str) -> str | None:
+        """A daemon's binary: the root's (a versioned cluster), None for the host's."""
+        root = self.info.slurm_root
+        if root is None:
+            return None
+        found = tool_in_root(root, name)
+        if found is None:
+            raise ClusterError(f"{root} has no {name}: rebuild it (make slurm-root)")
+        return found
 
     def _quiet_login_shell(self, node: str, holder: Proc) -> None:
         """Hide this machine's ~root/.bashrc inside the node (an empty file bound over it).
@@ -174,7 +198,7 @@ class Nodes:
         log = self._log(node, "sshd")
         proc = launch(
             "sshd",
-            argv.in_node(holder.pid, argv.sshd(conf)),
+            argv.in_node(holder.pid, argv.sshd(conf, self.exe("sshd"))),
             self._cgroup(node),
             nd / "sshd.pid",
             log,
@@ -200,7 +224,7 @@ class Nodes:
         info = self.info
         (info.slurm_dir / "spool" / node).mkdir(parents=True, exist_ok=True)
         holder = self._holder(node)
-        cmd = argv.in_node(holder.pid, argv.slurmd(node, info.slurm_conf))
+        cmd = argv.in_node(holder.pid, argv.slurmd(node, info.slurm_conf, self.exe("slurmd")))
         log = self._log(node, "slurmd")
         proc = launch(
             "slurmd", cmd, self._cgroup(node), info.node_dir(node) / "slurmd.pid", log, deadline
@@ -422,12 +446,12 @@ def _ssh_banner(addr: tuple[str, int]) -> bool:
         return False
 
 
-def _unshared(pid: int) -> bool:
-    """True once ``pid`` lives in mount and UTS namespaces other than ours."""
+def unshared(pid: int, namespaces: tuple[str, ...] = ("mnt", "uts")) -> bool:
+    """True once ``pid`` lives in namespaces other than ours (mount and UTS for a node)."""
     try:
         return all(
             os.readlink(f"/proc/{pid}/ns/{ns}") != os.readlink(f"/proc/self/ns/{ns}")
-            for ns in ("mnt", "uts")
+            for ns in namespaces
         )
     except OSError:
         return False

@@ -10,6 +10,7 @@ from pathlib import Path
 from deploy.minicluster import argv
 from deploy.minicluster.procs import BLKIO
 from deploy.minicluster.spec import PreconditionError
+from deploy.slurmroot import tool_in_root
 
 BASE_TOOLS = ("setsid", "sh", "unshare", "nsenter", "sleep", "hostname", "ssh-keygen", "sshd")
 LOOP_TOOLS = ("losetup", "mkfs.ext4", "mount", "umount")
@@ -31,9 +32,16 @@ def needed_tools(sshd_only: bool) -> tuple[str, ...]:
     return BASE_TOOLS if sshd_only else BASE_TOOLS + LOOP_TOOLS + SLURM_TOOLS
 
 
-def gather(sshd_only: bool) -> HostFacts:
-    """Look at the machine."""
-    missing = tuple(t for t in needed_tools(sshd_only) if not os.path.isabs(argv.tool(t)))
+def gather(sshd_only: bool, slurm_root: Path | None = None) -> HostFacts:
+    """Look at the machine (and at the root whose Slurm a versioned cluster runs: its munged,
+    Slurm daemons and clients come from there, not from the host)."""
+
+    def missing_tool(name: str) -> bool:
+        if slurm_root is not None and name in SLURM_TOOLS:
+            return tool_in_root(slurm_root, name) is None
+        return not os.path.isabs(argv.tool(name))
+
+    missing = tuple(t for t in needed_tools(sshd_only) if missing_tool(t))
     return HostFacts(
         euid=os.geteuid(),
         loop_control=Path("/dev/loop-control").exists(),
@@ -57,8 +65,8 @@ def problems(facts: HostFacts, sshd_only: bool) -> list[str]:
     return found
 
 
-def check(sshd_only: bool = False) -> None:
+def check(sshd_only: bool = False, slurm_root: Path | None = None) -> None:
     """Raise PreconditionError (one line) if the machine cannot host the cluster."""
-    found = problems(gather(sshd_only), sshd_only)
+    found = problems(gather(sshd_only, slurm_root), sshd_only)
     if found:
         raise PreconditionError("minicluster cannot run here: " + "; ".join(found))

@@ -13,12 +13,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from deploy.slurmroot import SUITES, root_path
 from screener.errors import ScreenerError
 
 DEFAULT_STATE_DIR = Path(os.environ.get("SCREENER_MINICLUSTER_DIR", "/tmp/screener-minicluster"))
 SCRATCH = "/scratch"
 SSH_PORT = 2222
 SPEC_FILE = "cluster.json"
+# The host's own Slurm (Debian 12): a cluster without slurm_version runs it. Naming it as a
+# version (--slurm-version 22.05, SCREENER_TEST_SLURM=22.05) means the same: no root.
+HOST_SLURM = "22.05"
+# Slurm client tools a versioned cluster gets a shim for (when its root ships them).
+SHIM_TOOLS = ("sinfo", "squeue", "scontrol", "sbatch", "srun", "scancel", "sacct", "slurmrestd")
 
 # Fault kinds and whether they take a numeric value.
 FAULT_KINDS: dict[str, bool] = {
@@ -63,13 +69,20 @@ class ClusterSpec:
     # /scratch on a loop device nested in another (DESIGN.md): slow_* throttle the lower
     # device, so the wait shows in the node's own device (iostat r_await, %util).
     nested_loop: bool = False
+    # None: the host's Slurm (22.05). Else a release deploy.slurmroot builds (24.11, 26.05):
+    # every daemon and client runs with that root's /usr (deploy/slurmroot, cluster.py).
+    slurm_version: str | None = None
 
     def __post_init__(self) -> None:
         validate_spec(self)
 
     def to_json(self) -> dict[str, Any]:
-        """Plain dict for cluster.json."""
-        return dataclasses.asdict(self)
+        """Plain dict for cluster.json (no slurm_version key for the host's Slurm: the file
+        stays what it was before the option)."""
+        data = dataclasses.asdict(self)
+        if data["slurm_version"] is None:
+            del data["slurm_version"]
+        return data
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> ClusterSpec:
@@ -97,6 +110,15 @@ def validate_spec(spec: ClusterSpec) -> None:
         raise ClusterError(f"scratch size must be 64 MiB .. 1 TiB, got {spec.scratch_mib} MiB")
     if spec.nested_loop and spec.sshd_only:
         raise ClusterError("--nested-loop needs /scratch, which --sshd-only does not create")
+    if spec.slurm_version is not None:
+        if spec.slurm_version not in SUITES:
+            known = ", ".join(sorted(SUITES))
+            raise ClusterError(
+                f"--slurm-version must be one of {known} (or {HOST_SLURM}/omitted: the "
+                f"host's), got {spec.slurm_version!r}"
+            )
+        if spec.sshd_only:
+            raise ClusterError("--slurm-version needs Slurm, which --sshd-only does not start")
     for flag, path in (("--prolog", spec.prolog), ("--epilog", spec.epilog)):
         if path is None:
             continue
@@ -104,6 +126,15 @@ def validate_spec(spec: ClusterSpec) -> None:
             raise ClusterError(f"{flag} needs Slurm, which --sshd-only does not start")
         if not _SAFE_PATH_RE.match(path):
             raise ClusterError(f"{flag} must be an absolute path of [A-Za-z0-9._/-], got {path!r}")
+
+
+def slurm_version_arg(text: str | None) -> str | None:
+    """--slurm-version / SCREENER_TEST_SLURM -> ClusterSpec.slurm_version: empty, "host" or
+    the host's release mean None (validated by ClusterSpec, not here)."""
+    if text is None:
+        return None
+    text = text.strip()
+    return None if text in ("", "host", HOST_SLURM) else text
 
 
 def node_names(prefix: str, count: int) -> list[str]:
@@ -216,6 +247,18 @@ class ClusterInfo:
         """True when Slurm runs (not --sshd-only)."""
         return not self.spec.sshd_only
 
+    @property
+    def slurm_root(self) -> Path | None:
+        """The root whose /usr every daemon and client runs with; None: the host's Slurm."""
+        version = self.spec.slurm_version
+        return None if version is None else root_path(version)
+
+    @property
+    def client_bin(self) -> Path | None:
+        """The Slurm client shims (sinfo, sbatch, ... run in the controller's namespace) of a
+        versioned cluster; None: the host's own tools serve the cluster."""
+        return None if self.spec.slurm_version is None else self.state_dir / "bin"
+
     # -- layout of the state dir ---------------------------------------------------------
     @property
     def ssh_dir(self) -> Path:
@@ -267,6 +310,14 @@ class ClusterInfo:
     def slurmctld_port(self) -> int:
         return self.spec.slurm_port_base
 
+    @property
+    def first_job_id(self) -> int:
+        """1 for the demo's port base; 100,000 ids apart per 100 ports above it. Clusters
+        side by side share the host's /tmp (each real node has its own), so per-job names
+        there (the in-job iostat's /tmp/.screener/iostat-JOB-NODE) must not repeat: two
+        test workers' job 6 on node01 once stopped each other's monitor."""
+        return 1 + 100_000 * max(0, (self.spec.slurm_port_base - 17000) // 100)
+
     def cgroup_name(self, node: str | None) -> str:
         """blkio cgroup of a node (`<id>-<node>`) or of the controller daemons (`<id>-ctl`)."""
         return f"{self.cluster_id}-{node if node is not None else 'ctl'}"
@@ -282,6 +333,12 @@ class ClusterInfo:
         )
         if self.slurm:
             env["SLURM_CONF"] = str(self.slurm_conf)
+        if self.client_bin is not None:  # the version's sinfo/sbatch/... first on PATH
+            path = env.get("PATH") or os.environ.get("PATH") or os.defpath
+            first = str(self.client_bin)
+            if path.split(os.pathsep)[0] != first:
+                path = os.pathsep.join([first, path])
+            env["PATH"] = path
         return env
 
     # -- persistence -----------------------------------------------------------------------

@@ -18,15 +18,12 @@ only uses its positional parameters.
 from __future__ import annotations
 
 import contextlib
-import email.utils
 import fcntl
 import json
 import os
 import shutil
 import subprocess
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -257,6 +254,9 @@ def usr_merged(root: Path) -> bool:
 def check_mirror(mirror: str, suite: str, timeout: float = 30.0) -> dict[str, str]:
     """The suite's InRelease header fields (Date, Valid-Until, ...); SlurmRootError (one line)
     when the mirror does not serve it."""
+    import urllib.error  # here, not at the top: the minicluster imports this module, and
+    import urllib.request  # these two cost ~80 ms that only a build needs
+
     url = f"{mirror.rstrip('/')}/dists/{suite}/InRelease"
     try:
         with urllib.request.urlopen(url, timeout=timeout) as resp:
@@ -286,6 +286,8 @@ def release_expired(fields: dict[str, str], now: float | None = None) -> bool:
 
     A stale mirror of testing then makes apt refuse the suite ("Release file ... is expired");
     the build relaxes only that check, and only then (the signature is still verified)."""
+    import email.utils  # only a build needs it (see check_mirror)
+
     until = fields.get("Valid-Until")
     if not until:
         return False
@@ -419,12 +421,23 @@ def build(
 
 
 def find(version: str, cache: Path = DEFAULT_CACHE) -> SlurmRoot:
-    """An already built root, or SlurmRootError saying how to build it."""
+    """An already built root, or SlurmRootError saying how to build it (one line)."""
+    suite_for(version)  # an unknown release is named as such, not as a missing root
     final = root_path(version, cache)
     stamp = read_stamp(final)
     if stamp is None:
         raise SlurmRootError(
-            f"no Slurm {version} root in {cache} (python -m deploy.slurmroot build "
-            f"--version {version})"
+            f"no Slurm {version} root in {cache}: build it once with "
+            f"`make slurm-root SLURM={version}` (python -m deploy.slurmroot build --version "
+            f"{version})"
         )
     return SlurmRoot(final, stamp, built_now=False)
+
+
+def tool_in_root(root: Path, name: str) -> str | None:
+    """Where `name` lives in the root, as seen once the root's /usr is bound over /usr
+    ("/usr/sbin/slurmd"), or None when the root does not ship it (e.g. sacct)."""
+    for rel in ("usr/sbin", "usr/bin"):
+        if (root / rel / name).is_file():
+            return f"/{rel}/{name}"
+    return None

@@ -26,7 +26,11 @@ def sinfo_argv() -> list[str]:
 
 def squeue_argv() -> list[str]:
     """Every job the controller still knows (pending, running, recently finished)."""
-    return ["squeue", "--json"]  # 22.05: --jobs is ignored with --json; we filter by id
+    return [
+        "squeue",
+        "--json",  # 22.05: --jobs is ignored with --json; we filter by id
+        "--states=all",  # 24.11+ apply the default filter to --json: a finished job vanished
+    ]
 
 
 def drain_argv(nodes: Sequence[str], reason: str) -> list[str]:

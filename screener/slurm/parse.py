@@ -5,7 +5,8 @@ Shapes handled (captured samples in tests/data/slurm/):
 - 23.02+ node records: ``"state": ["IDLE", "DRAIN"]`` (a list), ``reason`` possibly an object;
 - 24.11 ``sinfo --json``: ``{"sinfo": [{"nodes": {"nodes": [...]}, "node": {"state": [...]},
   "reason": ..., "partition": {"name": ...}}]}``;
-- jobs: ``job_state`` a string or a list, ``comment`` a string or an object with ``job``.
+- jobs: ``job_state`` a string or a list, ``comment`` a string or an object with ``job``;
+  captured from real 24.11/26.05 in tests/data/slurm/<V>/ (tests/test_slurm_versions_parse.py).
 
 Contract (fuzzed in tests/test_fuzz_parsers.py): whatever the text, the result is a list of
 valid records or a one-line SlurmError; never another exception. Optional fields that are
@@ -23,6 +24,26 @@ from screener.slurm.client import SlurmJob, SlurmNode
 from screener.slurm.job_id import JobKey
 
 _STATE_SUFFIXES = "*~#!%$@^-"
+# 22.05 printed a job's state as one word, job_state_string(): the first of these flags the
+# job carries, else its base state. 23.02+ print a list, base state first (["PENDING",
+# "COMPLETING"]: requeued by a failed prolog, its EpilogSlurmctld still running). Read the
+# 22.05 way, "PENDING" keeps meaning "requeued and done completing", which `screener release`
+# waits for: taken from the list's head, it was released before Slurm's requeue reset the
+# begin time, and the job waited ~2 min anyway (seen on 24.11).
+_JOB_FLAGS_FIRST = (
+    "COMPLETING",
+    "STAGE_OUT",
+    "CONFIGURING",
+    "RESIZING",
+    "REQUEUED",
+    "REQUEUE_FED",
+    "REQUEUE_HOLD",
+    "SPECIAL_EXIT",
+    "STOPPED",
+    "REVOKED",
+    "RESV_DEL_HOLD",
+    "SIGNALING",
+)
 
 
 def _load(text: str, what: str) -> dict[str, Any]:
@@ -169,13 +190,24 @@ def parse_squeue_keyed(text: str) -> list[tuple[JobKey, SlurmJob]]:
                     partition=_text(rec.get("partition")),
                     name=_text(rec.get("name")),
                     comment=_text(rec.get("comment")),
-                    state=(_text(state[0]) if isinstance(state, list) and state else _text(state)),
+                    state=job_state(state),
                     reason=_text(rec.get("state_reason")),
                     restarts=_number(rec.get("restart_cnt") or 0),
                 ),
             )
         )
     return out
+
+
+def job_state(state: Any) -> str:
+    """A job's state as one word, as 22.05 printed it (see _JOB_FLAGS_FIRST)."""
+    if not isinstance(state, list):
+        return _text(state)
+    words = {_text(s).upper() for s in state}
+    for flag in _JOB_FLAGS_FIRST:
+        if flag in words:
+            return flag
+    return _text(state[0]) if state else ""
 
 
 def job_nodes(nodelist: str, what: str) -> tuple[str, ...]:
