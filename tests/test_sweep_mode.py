@@ -29,6 +29,7 @@ from screener.policy import load_policy
 from screener.probe.fio import probe_file, recipe_fingerprint
 from screener.probe_data import Status, Trigger
 from screener.store import open_store
+from screener.store.slurm_records import SlurmRecords
 from screener.store.tables import EpisodeRecord
 from tests.hooked_cluster import (
     REPO,
@@ -400,7 +401,16 @@ def test_a_node_slow_since_its_rolling_probe_is_caught_by_its_sentinel(
         site["config"], cluster, site["db"], site["log"], probe=SHORT,
         sweep={"rolling_nodes": len(nodes)}, prolog={"triage": True},
     )  # fmt: skip
-    _sweep(site, "--rolling")
+    # the premise, every node fresh: a rolling job again (it holds the nodes not OK) while
+    # noise left one DEGRADED (CI on 8bfffa8: node01 borderline 0.69x at load 6)
+    for _ in range(3):
+        _sweep(site, "--rolling")
+        with open_store(site["db"]) as store:
+            latest = SlurmRecords(store).latest_verdicts(nodes)
+        if all(latest.get(n, ("",))[0] == "OK" for n in nodes):
+            break
+    else:
+        raise AssertionError(f"no rolling pass left every node OK: {latest}")
     cluster.inject(nodes[0], "slow_read", "20M")
     job_id = sbatch(
         cluster, "-N", "5", "-o", str(site["out"] / "job-%j.txt"),  # node[01-05] first
