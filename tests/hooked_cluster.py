@@ -130,9 +130,8 @@ def job_state(cluster: ClusterHandle, job_id: str) -> dict[str, Any]:
     """The job's squeue --json record (the controller keeps finished jobs for MinJobAge), in
     22.05's shape whatever SCREENER_TEST_SLURM runs (as_2205_job)."""
     # 23.02+ squeue applies its default filter with --json too (22.05 ignored filters then):
-    # a finished job is listed only with --states=all.
-    every = ("--states=all",) if SLURM_UNDER_TEST is not None else ()
-    data = json.loads(cluster.slurm("squeue", "--json", *every).stdout)
+    # a finished job is listed only with --states=all (as in the CLI backend's squeue_argv).
+    data = json.loads(cluster.slurm("squeue", "--json", "--states=all").stdout)
     for job in data["jobs"]:
         if str(job["job_id"]) == job_id:
             return as_2205_job(job)

@@ -46,29 +46,16 @@ def launch(cgroup_procs: Path, pidfile: Path, cmd: list[str]) -> list[str]:
     ]
 
 
-def holder() -> list[str]:
-    """The process that owns a node's mount + UTS namespaces for the node's lifetime."""
+def holder(uts: bool = True) -> list[str]:
+    """The process that owns a node's mount + UTS namespaces for the node's lifetime
+    (``uts=False``: a versioned cluster's controller, a mount namespace with the root's
+    /usr bound in it, which keeps the host's hostname: SlurmctldHost=localhost)."""
     return [
         tool("unshare"),
         "--mount",  # own mount table: the node's /scratch exists only here
-        "--uts",  # own hostname (= node name)
+        *(["--uts"] if uts else []),  # own hostname (= node name)
         "--propagation",
         "private",  # mounts made in the node never leak to the host, nor the reverse
-        "--",
-        tool("sleep"),
-        "infinity",  # no --fork: the recorded pid is the namespace owner itself
-    ]
-
-
-def controller_holder() -> list[str]:
-    """A versioned cluster's controller namespace owner: a mount namespace (the root's /usr
-    bound in it) that munged, slurmctld (and so its hooks) and the client shims enter. The
-    controller keeps the host's hostname (SlurmctldHost=localhost)."""
-    return [
-        tool("unshare"),
-        "--mount",  # the binds live only here
-        "--propagation",
-        "private",
         "--",
         tool("sleep"),
         "infinity",  # no --fork: the recorded pid is the namespace owner itself

@@ -412,7 +412,7 @@ class _Bringup:
             log = info.logs_dir / "controller.holder.log"
             pidfile = info.slurm_dir / "holder.pid"
             what = "controller namespace holder"
-            holder = launch(what, argv.controller_holder(), cg, pidfile, log, deadline)
+            holder = launch(what, argv.holder(uts=False), cg, pidfile, log, deadline)
             self.recs.set_proc(CTL, "holder", holder)
             pid = holder.pid
             wait_until(
