@@ -93,6 +93,16 @@ def test_judge(
     assert (22, 5) in VERIFIED and (24, 11) not in VERIFIED
 
 
+def test_judge_refuses_a_pyslurm_whose_slurm_is_not_the_clusters() -> None:
+    """A host pyslurm 22.5 beside a cluster whose scontrol is 24.11 (SCREENER_TEST_SLURM,
+    or a site upgrading): its libslurm would speak 22.05's protocol to that controller."""
+    probe = PyslurmProbe((22, 5, 3), (22, 5, 8), "", tools=(24, 11, 5))
+    for forced in (False, True):
+        use, why = judge(probe, forced)
+        assert not use and "scontrol -V says 24.11.5: versions differ" in why, why
+    assert judge(PyslurmProbe((22, 5, 3), (22, 5, 8), "", tools=(22, 5, 7)), False)[0]
+
+
 def test_judge_keeps_the_childs_reason_when_it_saw_no_version() -> None:
     assert judge(PyslurmProbe(None, None, "pyslurm not installed"), True) == (
         False,

@@ -115,6 +115,22 @@ def test_small_allocation_keeps_ratio_and_floors() -> None:
     assert set(statuses(both).values()) == {Status.SLOW_READ}  # admin floor: always
 
 
+def test_small_allocation_all_slow_still_finds_the_outlier_among_them() -> None:
+    """CI, 2026-11-28 (test_sentinel_cluster): a 1/20 reader probed beside one healthy node
+    that read a noisy 0.49x on 4k IOPS. Both "slow" against the fleet's figures, so both were
+    absolved as a shared cause and the slow node ran the job. Its seq read is 25x below the
+    other node's: an outlier. A uniform slowdown (the pair test above) still absolves both."""
+    fleet = [FleetFigure(f"f{i}", 302 * MB, 300 * MB, 36_895) for i in range(3)]
+    noisy = node("node01", read=300, write=300, rand=18_261 * 4096 / MB)
+    slow = node("node02", read=12, write=297, rand=2_916 * 4096 / MB)
+    summary = evaluate([noisy, slow], {}, POLICY, fleet)
+    got = {v.node: v for v in summary.verdicts}
+    assert got["node02"].status == Status.SLOW_READ, got["node02"].reason
+    assert "more than 10x below the allocation's other nodes (300 MB/s)" in got["node02"].reason
+    assert got["node01"].status == Status.UNKNOWN and "slow together" in got["node01"].reason
+    assert suspects(summary) == ["node02"]
+
+
 # ---- 3. fleet-wide shift ------------------------------------------------------------------
 
 

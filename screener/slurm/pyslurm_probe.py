@@ -40,6 +40,9 @@ class PyslurmProbe:
     version: tuple[int, ...] | None
     slurm: tuple[int, ...] | None
     why: str  # the reason when it cannot be used, else ""
+    # the Slurm `scontrol -V` on PATH reports (the tools the CLI backend runs), None when it
+    # did not answer: a host pyslurm beside a cluster of another version must not be used
+    tools: tuple[int, ...] | None = None
 
 
 def version_numbers(text: str) -> tuple[int, ...]:
@@ -75,6 +78,8 @@ def judge(probe: PyslurmProbe, forced: bool) -> tuple[bool, str]:
     names = f"pyslurm {shown(probe.version)} built for Slurm {shown(probe.slurm, True)}"
     if mine != theirs:
         return False, f"{names}: versions differ"
+    if probe.tools is not None and probe.tools[:2] != theirs:
+        return False, f"{names} but scontrol -V says {shown(probe.tools, True)}: versions differ"
     if mine in VERIFIED:
         return True, f"{names}: contract-tested"
     if forced:
@@ -99,10 +104,19 @@ def probe_pyslurm(timeout_s: float) -> PyslurmProbe:
         return PyslurmProbe(None, None, f"import pyslurm fails with {why}: {last}")
     try:
         data = json.loads(res.stdout)
-        return PyslurmProbe(
-            version_numbers(str(data["version"])),
-            tuple(int(v) for v in data["api"]),
-            "",
-        )
+        version = version_numbers(str(data["version"]))
+        api = tuple(int(v) for v in data["api"])
     except (ValueError, KeyError, TypeError):
         return PyslurmProbe(None, None, "import pyslurm in a child printed no version")
+    return PyslurmProbe(version, api, "", tools_version(timeout_s))
+
+
+def tools_version(timeout_s: float) -> tuple[int, ...] | None:
+    """The Slurm of the `scontrol` on PATH ("slurm 24.11.5" -> (24, 11, 5)); None when it
+    cannot say (missing, failing): that alone is no reason to refuse pyslurm."""
+    try:
+        res = run_command(["scontrol", "-V"], timeout=timeout_s)
+    except TransportError:
+        return None
+    found = re.search(r"\b(\d+\.\d+\.\d+)\b", res.stdout)
+    return version_numbers(found.group(1)) if res.exit_status == 0 and found else None
