@@ -107,13 +107,14 @@ ior:
 # state: /run/sshd moved aside, /tmp/.screener replaced; or compare real I/O timings that
 # another worker's load moves); then the rest on TEST_WORKERS pytest-xdist workers, a test
 # file per worker at a time (--dist loadfile: a module's emulated cluster stays on one
-# worker). Each worker's clusters live in their own slot (state dir, subnet, ports) and each
+# worker), longest first (tests/conftest.py orders them; --no-loadscope-reorder keeps that
+# order, which xdist would otherwise replace by the files' test counts). Each worker's clusters live in their own slot (state dir, subnet, ports) and each
 # test's databases are its own, so the workers share nothing else; most of the suite waits
 # on Slurm, sshd and fio, not on the 2 cores. 46 min serial -> see README for today's time.
 TEST_WORKERS ?= 3
 test: deps postgres ior lint typecheck
 	$(PY) -m pytest -ra -m serial
-	$(PY) -m pytest -ra --durations=30 -n $(TEST_WORKERS) --dist loadfile -m "not serial"
+	$(PY) -m pytest -ra --durations=30 -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not serial"
 
 unit: venv
 	$(PY) -m pytest -ra -m "not cluster and not postgres"

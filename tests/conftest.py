@@ -56,17 +56,25 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=rank)
 
 
-# The longest test modules, longest first: seconds in one serial run on this 2-core
-# machine (2026-11-28, 2,000 tests in 46 min): 299, 241, 233, 228, 212, 152, 142, 110.
+# The longest test modules, longest first (`make test` passes --no-loadscope-reorder, else
+# xdist reorders files by their number of tests and the long cluster files start last).
+# Seconds in one 3-worker run on this 2-core machine (2026-11-28, junit times, before the
+# paced hooked clusters): 264, 270, 255, 244, 192, 141, 131, 119, 118, 101, 99, 97, 77, 76.
 LONGEST = (
     "test_sweep_mode.py",
-    "test_sweep.py",
     "test_small_jobs_cluster.py",
     "test_prolog.py",
     "test_guard_cluster.py",
     "test_hookd.py",
     "test_sentinel_cluster.py",
+    "test_ingest_hooked.py",
     "test_pipeline_hold.py",
+    "test_concurrency.py",
+    "test_fuzz_parsers.py",
+    "test_pipeline.py",
+    "test_sweep.py",
+    "test_concurrency_prolog.py",
+    "test_admin_answers.py",
 )
 
 

@@ -91,6 +91,10 @@ def hooked_cluster(
                 epilog=str(epilog),
                 nested_loop=True,  # slow reads show in each node's own iostat
                 slurm_version=slurm_version_under_test(),
+                # every device at one pace: healthy nodes read alike and probes leave the
+                # 2 shared cores to the other workers (a 6-node screen: 15 -> 6 CPU s)
+                pace=PACE,
+                pace_iops=PACE_IOPS,
             )
             yield ClusterHandle(mc, info)
         finally:
@@ -231,13 +235,39 @@ def run_screener(
     )
 
 
-PACE = "300M"  # bytes/s: every node's device at one pace for in-job outlier tests
+def fio_job(
+    cluster: ClusterHandle, node: str, rw: str, bs: str = "1M", runtime: float = 1.5
+) -> dict[str, Any]:
+    """Run one fio job over ssh on node's /scratch (direct I/O) and return its JSON job."""
+    res = cluster.ssh(
+        node,
+        "fio",
+        "--name=t",
+        f"--filename={cluster.scratch}/minicluster-test.dat",
+        "--size=64M",  # written first by the write job; reads never hit unwritten blocks
+        f"--rw={rw}",
+        f"--bs={bs}",
+        "--direct=1",
+        "--ioengine=libaio",
+        "--iodepth=8",
+        f"--runtime={runtime}",
+        "--time_based",
+        "--output-format=json",
+    )
+    job: dict[str, Any] = json.loads(res.stdout)["jobs"][0]
+    return job
+
+
+PACE = "300M"  # bytes/s: every hooked cluster's devices (up --pace) and pace_devices
+PACE_IOPS = 20_000  # 4k reads/s of every hooked cluster's devices (up --pace-iops)
 
 
 def pace_devices(cluster: ClusterHandle, nodes: list[str]) -> None:
     """Throttle reads and writes of ``nodes`` to PACE, so the device sets the job's pace and
     not the 2 shared cores: unthrottled, a loop device on page cache reads at ~5 GB/s and a
-    node that loses the CPU for 50 ms looks 0.4x slower than its peers (seen in CI)."""
+    node that loses the CPU for 50 ms looks 0.4x slower than its peers (seen in CI). Hooked
+    clusters start paced (up's pace); this sets it on the session cluster, or back after a
+    test's own slow_read on a hooked one."""
     for n in nodes:
         cluster.inject(n, "slow_read", PACE)
         cluster.inject(n, "slow_write", PACE)

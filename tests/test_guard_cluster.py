@@ -18,6 +18,8 @@ import pytest
 from deploy.minicluster import ClusterHandle
 from screener.store import open_store, views
 from tests.hooked_cluster import (
+    PACE_IOPS,
+    fio_job,
     job_state,
     module_cluster,
     run_screener,
@@ -162,6 +164,9 @@ def test_shared_cause_drains_the_outlier_and_records_the_absolved(site: dict[str
     write_config(
         site["config"], cluster, site["db"], site["log"],
         slurm={"partition_max_drain_fraction": 0.2, "max_drain_fraction": 0.34},
+        # 8 queued 1 MiB reads, not 32: the 1 MB/s outlier drains them in 8 s, not 32 s,
+        # after each of its two sequential reads (the test took 97 s, 64 of them that)
+        probe={"seq_iodepth": 8},
     )  # fmt: skip
     shared, outlier = cluster.nodes[1:4], cluster.nodes[0]
     for n in shared:
@@ -190,3 +195,22 @@ def test_shared_cause_drains_the_outlier_and_records_the_absolved(site: dict[str
         for n in shared:  # one guard_trip per run: the shared-cause alert
             trips = [e for e in store.node_events(n) if e.action == "guard_trip"]
             assert sorted(e.run_id for e in trips) == [r.id for r in runs], (n, trips)
+
+
+def test_devices_run_at_the_pace_and_heal_returns_to_it(site: dict[str, Any]) -> None:
+    """Hooked clusters start paced (up --pace 300M --pace-iops 20000): healthy nodes read
+    alike and probes spare the shared cores; a slow_read overrides the pace, heal restores
+    it (not unthrottled, which would make the healed node 10x faster than its peers)."""
+    cluster = site["cluster"]
+    node = cluster.nodes[-1]
+    fio_job(cluster, node, "write", runtime=0.5)
+    paced = fio_job(cluster, node, "read", runtime=1)["read"]["bw_bytes"] / 1e6
+    assert 150 < paced < 450, f"paced read {paced:.0f} MB/s"
+    iops = fio_job(cluster, node, "randread", bs="4k", runtime=1)["read"]["iops"]
+    assert iops < PACE_IOPS * 1.5, f"paced randread {iops:.0f} IOPS"
+    cluster.inject(node, "slow_read", SLOW)
+    slow = fio_job(cluster, node, "read", runtime=1)["read"]["bw_bytes"] / 1e6
+    assert slow < 40, f"slow_read {SLOW}: read {slow:.0f} MB/s"
+    assert cluster.heal(node) == {node: ["slow_read"]}
+    healed = fio_job(cluster, node, "read", runtime=1)["read"]["bw_bytes"] / 1e6
+    assert 150 < healed < 450, f"healed read {healed:.0f} MB/s: back to the pace"

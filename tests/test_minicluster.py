@@ -37,6 +37,7 @@ from deploy.minicluster.spec import (
     parse_fault_value,
     validate_state_dir,
 )
+from tests.hooked_cluster import fio_job as _fio
 
 DATA = Path(__file__).parent / "data" / "minicluster"
 REPO = Path(__file__).resolve().parents[1]
@@ -103,11 +104,21 @@ def test_fault_argument_form() -> None:
         ({"slurm_port_base": 80}, "port"),
         ({"sshd_only": True, "prolog": "/bin/true"}, "--sshd-only"),
         ({"prolog": "/tmp/my hook.sh"}, "--prolog"),
+        ({"pace_bps": -1}, "--pace"),
+        ({"sshd_only": True, "pace_bps": 300_000_000}, "--pace needs /scratch"),
     ],
 )
 def test_invalid_specs_are_rejected(kwargs: dict[str, object], message: str) -> None:
     with pytest.raises(ClusterError, match=message):
         ClusterSpec(**kwargs)  # type: ignore[arg-type]
+
+
+def test_pace_is_kept_in_cluster_json_only_when_set(tmp_path: Path) -> None:
+    assert "pace_bps" not in ClusterSpec().to_json()  # files of unpaced clusters unchanged
+    paced = ClusterSpec(pace_bps=300_000_000, pace_iops=20_000)
+    assert ClusterSpec.from_json(paced.to_json()) == paced
+    with pytest.raises(ClusterError, match="--pace: bad rate 'fast'"):
+        Cluster(tmp_path / "mc").up(2, pace="fast")
 
 
 def test_state_dir_must_be_safe_for_generated_configs() -> None:
@@ -256,29 +267,6 @@ def test_cli_errors_are_one_line(tmp_path: Path) -> None:
 
 
 # -- the real cluster --------------------------------------------------------------------------
-
-
-def _fio(
-    cluster: ClusterHandle, node: str, rw: str, bs: str = "1M", runtime: float = 1.5
-) -> dict[str, Any]:
-    """Run one fio job over ssh on node's /scratch (direct I/O) and return its JSON job."""
-    res = cluster.ssh(
-        node,
-        "fio",
-        "--name=t",
-        f"--filename={cluster.scratch}/minicluster-test.dat",
-        "--size=64M",  # written first by the write job; reads never hit unwritten blocks
-        f"--rw={rw}",
-        f"--bs={bs}",
-        "--direct=1",
-        "--ioengine=libaio",
-        "--iodepth=8",
-        f"--runtime={runtime}",
-        "--time_based",
-        "--output-format=json",
-    )
-    job: dict[str, Any] = json.loads(res.stdout)["jobs"][0]
-    return job
 
 
 def test_each_node_reports_its_hostname_over_ssh(cluster: ClusterHandle) -> None:

@@ -82,7 +82,9 @@ def _events(site: dict[str, Any], action: str) -> set[str]:
         return {e.node for e in store.node_events() if e.action == action}
 
 
-@pytest.mark.parametrize(("size", "triage"), [(1, False), (2, False), (1, True)])
+# 1 node with triage on (the default), 2 with it off; the third pairing repeated a 30 s
+# scenario that neither axis changes (both skip the triage under min_peers)
+@pytest.mark.parametrize(("size", "triage"), [(2, False), (1, True)])
 def test_a_small_job_on_a_slow_node_is_requeued_onto_healthy_nodes(
     site: dict[str, Any], size: int, triage: bool
 ) -> None:

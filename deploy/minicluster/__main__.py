@@ -49,6 +49,10 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"run Slurm V ({', '.join(sorted(SUITES))}) from its root "
         f"(make slurm-root SLURM=V); default: the host's ({HOST_SLURM})",
     )
+    up.add_argument(
+        "--pace", metavar="RATE", help="every device reads/writes at RATE (300M) when healthy"
+    )
+    up.add_argument("--pace-iops", metavar="N", help="and reads at most N IOPS (20000)")
     up.add_argument("--timeout", type=float, default=180.0, help="readiness deadline, s")
 
     sub.add_parser("down", parents=[common], help="remove everything up created")
@@ -97,6 +101,8 @@ def _dispatch(cluster: Cluster, ns: argparse.Namespace) -> int:
             faults=ns.fault,
             timeout=ns.timeout,
             slurm_version=slurm_version_arg(ns.slurm_version),
+            pace=ns.pace,
+            pace_iops=ns.pace_iops,
         )
         version = f" (Slurm {info.spec.slurm_version})" if info.spec.slurm_version else ""
         took = time.monotonic() - t0

@@ -129,11 +129,14 @@ class Cluster:
         faults: Sequence[FaultArg] = (),
         timeout: float = 180.0,
         slurm_version: str | None = None,
+        pace: str | int | None = None,
+        pace_iops: str | int | None = None,
     ) -> ClusterInfo:
         """Bring the cluster up, or check and repair it if it is up with the same arguments.
 
         ``slurm_version`` (24.11, 26.05): run that Slurm from deploy.slurmroot's root, which
-        must be built already (ClusterError saying how otherwise); None: the host's."""
+        must be built already (ClusterError saying how otherwise); None: the host's.
+        ``pace`` (bytes/s: 300M) and ``pace_iops``: every device's rate when healthy."""
         spec = ClusterSpec(
             nodes=nodes,
             prefix=prefix,
@@ -145,6 +148,8 @@ class Cluster:
             epilog=_hook_path("--epilog", epilog),
             nested_loop=nested_loop,
             slurm_version=slurm_version,
+            pace_bps=_pace_value("--pace", pace),
+            pace_iops=_pace_value("--pace-iops", pace_iops),
         )
         require_root(spec.slurm_version)
         wanted = [_fault_tuple(f) for f in faults]
@@ -174,6 +179,8 @@ class Cluster:
                     raise
             recs = Records(self.state_dir)
             ops = Nodes(info, recs)
+            for node in info.nodes:  # new or repaired nodes start at the pace
+                ops.pace(node)
             for node, kind, value in wanted:
                 ops.inject(node, kind, value)
         return info
@@ -533,6 +540,16 @@ def _hook_path(flag: str, path: str | None) -> str | None:
     if not os.path.isfile(full) or not os.access(full, os.X_OK):
         raise ClusterError(f"{flag} {path}: not an executable file")
     return full
+
+
+def _pace_value(flag: str, value: str | int | None) -> int:
+    """A pace as a number (300M -> 300000000; None or "" -> 0, unpaced); one-line errors."""
+    if value is None or value == "":
+        return 0
+    try:
+        return parse_fault_value("slow_read", value) or 0
+    except ClusterError:
+        raise ClusterError(f"{flag}: bad rate {value!r} (use e.g. 300M, 20000)") from None
 
 
 def _fault_tuple(fault: FaultArg) -> tuple[str, str, int | None]:

@@ -329,6 +329,21 @@ class Nodes:
             _fill(Path(f"/proc/{self._holder(node).pid}/root{self.info.scratch}"))
         self.rec.set_fault(node, kind, value)
 
+    def baseline(self, kind: str) -> int:
+        """A throttle's healthy value: the spec's pace (0 = none) for slow_* kinds."""
+        spec = self.info.spec
+        return spec.pace_iops if kind == "slow_randread" else spec.pace_bps
+
+    def pace(self, node: str) -> None:
+        """Set the node's unfaulted throttles to the spec's pace (nothing when unpaced)."""
+        device = self.throttle_device(node)
+        rec = self.rec.node(node)
+        if device is None or not rec.cgroup:
+            return
+        for kind in ("slow_read", "slow_randread", "slow_write"):
+            if self.baseline(kind) and kind not in rec.faults:
+                set_throttle(Path(rec.cgroup), kind, loop_devnum(device), self.baseline(kind))
+
     def heal(self, node: str, deadline: float) -> list[str]:
         """Reverse every recorded fault of the node; returns the kinds healed."""
         rec = self.rec.node(node)
@@ -338,7 +353,7 @@ class Nodes:
             if kind in ("slow_read", "slow_randread", "slow_write"):
                 device = self.throttle_device(node)
                 if rec.cgroup and device and Path(rec.cgroup).exists():
-                    set_throttle(Path(rec.cgroup), kind, loop_devnum(device), 0)
+                    set_throttle(Path(rec.cgroup), kind, loop_devnum(device), self.baseline(kind))
             elif kind == "unreachable" and holder_ok:
                 self.start_sshd(node, deadline)
                 self.wait_sshd(node, deadline)

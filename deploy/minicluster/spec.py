@@ -72,6 +72,12 @@ class ClusterSpec:
     # None: the host's Slurm (22.05). Else a release deploy.slurmroot builds (24.11, 26.05):
     # every daemon and client runs with that root's /usr (deploy/slurmroot, cluster.py).
     slurm_version: str | None = None
+    # Every node's device paced at this read/write rate (bytes/s) and 4k read IOPS, 0 = off:
+    # the device then sets a healthy node's rate, not the 2 shared cores (an unpaced probe
+    # of 6 nodes burns both; paced at 300M/20000 IOPS, 0.7 of one). A slow_* fault
+    # overrides its throttle; heal returns it to the pace, not to unthrottled.
+    pace_bps: int = 0
+    pace_iops: int = 0
 
     def __post_init__(self) -> None:
         validate_spec(self)
@@ -82,6 +88,9 @@ class ClusterSpec:
         data = dataclasses.asdict(self)
         if data["slurm_version"] is None:
             del data["slurm_version"]
+        for key in ("pace_bps", "pace_iops"):  # likewise for an unpaced cluster
+            if not data[key]:
+                del data[key]
         return data
 
     @classmethod
@@ -108,6 +117,10 @@ def validate_spec(spec: ClusterSpec) -> None:
         raise ClusterError(f"--slurm-port-base {spec.slurm_port_base} leaves no room for ports")
     if not 64 <= spec.scratch_mib <= 1024 * 1024:
         raise ClusterError(f"scratch size must be 64 MiB .. 1 TiB, got {spec.scratch_mib} MiB")
+    if spec.pace_bps < 0 or spec.pace_iops < 0:
+        raise ClusterError(f"--pace must be positive, got {spec.pace_bps}/{spec.pace_iops}")
+    if (spec.pace_bps or spec.pace_iops) and spec.sshd_only:
+        raise ClusterError("--pace needs /scratch, which --sshd-only does not create")
     if spec.nested_loop and spec.sshd_only:
         raise ClusterError("--nested-loop needs /scratch, which --sshd-only does not create")
     if spec.slurm_version is not None:
