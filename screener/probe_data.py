@@ -263,6 +263,9 @@ class Verdict:
     # The peer seq-read median (MB/s) this verdict was judged against, in its own round
     # (round 2's for a re-probed node), so a drain reason compares figures of one round.
     peer_read_mb_s: float | None = None
+    # Likewise the peer 4k random-read median (IOPS): a drain decided on random reads names
+    # that figure, not a sequential ratio that says the node is fine.
+    peer_rand_iops: float | None = None
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,7 @@ guard, the resume rule, in-job outliers, deep-mode steady state, the sweep's ste
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -94,6 +95,24 @@ def test_drain_reason_is_short_tagged_and_safe() -> None:
     # a confirmed node is compared with the median of the round it was judged in
     r2 = _v("a", Status.SLOW_READ, read_mb_s=20.0, peer_read_mb_s=1000.0, confirmed=True)
     assert drain_reason("screener:", r2, 400.0, 42) == "screener: rd 0.02x peers r42"
+
+
+def test_drain_reason_names_the_figure_that_decided() -> None:
+    """Issue 44: a node drained on 4k random reads (0.34x) while its sequential read was
+    1.05x its peers read `screener: rd 1.05x peers r2` in sinfo -R."""
+    rand = _v(
+        "a", Status.SLOW_READ, read_mb_s=1_704.0, peer_read_mb_s=1_623.0, ratio=0.8,
+        rand_read_iops=31_833.0, peer_rand_iops=92_929.0, signals=("peer_rand",),
+    )  # fmt: skip
+    assert drain_reason("screener:", rand, 1_600.0, 2) == "screener: rd 4k 0.34x peers r2"
+    floor = replace(rand, peer_rand_iops=None, signals=("abs_rand",))
+    assert drain_reason("screener:", floor, 1_600.0, 2) == "screener: rd 4k 31833iops r2"
+    by_ratio = _v("a", Status.SLOW_READ, read_mb_s=300.0, ratio=24.2, signals=("ratio",))
+    assert drain_reason("screener:", by_ratio, 310.0, 5) == "screener: rd w/r 24x r5"
+    tail = _v("a", Status.SLOW_READ, read_mb_s=300.0, read_p99_ms=3_305.4, signals=("peer_tail",))
+    assert drain_reason("screener:", tail, 310.0, 5) == "screener: rd p99 3305ms r5"
+    both = replace(rand, read_mb_s=20.0, signals=("peer_read", "peer_rand"))
+    assert drain_reason("screener:", both, 400.0, 2) == "screener: rd 0.01x peers r2"
 
 
 def test_guard_allocation_and_partition_limits() -> None:

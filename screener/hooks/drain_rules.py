@@ -38,21 +38,37 @@ def absolved(summary: RunSummary) -> list[str]:
     return [v.node for v in summary.verdicts if SHARED_CAUSE_TAG in v.signals]
 
 
+# Signals that say the node's sequential reads decided (then `rd 0.05x peers`); without any
+# of them, the figure that fired is named instead (issue 44: a node drained on 4k random
+# reads showed `rd 1.05x peers`, a ratio that says it is fine).
+SEQ_DECIDED = frozenset({"peer_read", "abs_read", "history", "close_call", "outlier"})
+
+
 def drain_reason(tag: str, v: Verdict, peer_read_mb_s: float | None, run_id: int | None) -> str:
-    """Short reason for `sinfo -R`: tag, direction, figure vs peers, run, e.g.
-    ``screener: rd 0.05x peers r42``. The ratio is of one round: the node's read against
-    the peer median it was judged against (round 2's for a confirmed node), else against
-    ``peer_read_mb_s`` (the run's round-1 median)."""
+    """Short reason for `sinfo -R`: tag, the figure that decided vs peers, run, e.g.
+    ``screener: rd 0.05x peers r42``, ``screener: rd w/r 24x r42``, ``screener: rd 4k 0.34x
+    peers r42``. The ratio is of one round: the node's read against the peer median it was
+    judged against (round 2's for a confirmed node), else against ``peer_read_mb_s`` (the
+    run's round-1 median)."""
     run = f" r{run_id}" if run_id is not None else ""
     if v.status == Status.SLOW_WRITE:
         figure = f"{v.write_mb_s:.0f}MB/s" if v.write_mb_s is not None else "slow"
         return f"{tag} wr {figure}{run}"
+    tags = set(v.signals)
     median = v.peer_read_mb_s or peer_read_mb_s
-    if v.read_mb_s is not None and median:
-        return f"{tag} rd {_ratio(v.read_mb_s / median)}x peers{run}"
-    if v.ratio is not None and math.isfinite(v.ratio):
-        return f"{tag} rd w/r {v.ratio:.0f}x{run}"
-    return f"{tag} rd slow{run}"
+    seq = f"{tag} rd {_ratio(v.read_mb_s / median)}x peers{run}" if v.read_mb_s and median else None
+    ratio = f"{tag} rd w/r {v.ratio:.0f}x{run}" if v.ratio and math.isfinite(v.ratio) else None
+    if not tags or tags & SEQ_DECIDED:  # the sequential read decided (or nothing says what)
+        return seq or ratio or f"{tag} rd slow{run}"
+    if "ratio" in tags and ratio:
+        return ratio
+    if tags & {"peer_rand", "abs_rand"} and v.rand_read_iops is not None:
+        if v.peer_rand_iops:
+            return f"{tag} rd 4k {_ratio(v.rand_read_iops / v.peer_rand_iops)}x peers{run}"
+        return f"{tag} rd 4k {v.rand_read_iops:.0f}iops{run}"
+    if "peer_tail" in tags and v.read_p99_ms is not None:
+        return f"{tag} rd p99 {v.read_p99_ms:.0f}ms{run}"
+    return seq or ratio or f"{tag} rd slow{run}"
 
 
 def _ratio(x: float) -> str:

@@ -162,6 +162,7 @@ def _judge(
         signals=tuple(r_tags + w_tags),
         recipe=p.recipe,
         peer_read_mb_s=peers.read.median / 1e6 if peers.read else None,
+        peer_rand_iops=peers.rand.median if peers.rand else None,
     )
     hard = [t for t in r_tags if t not in SOFT_TAGS]
     if not hard and not w_tags and r_tags:
