@@ -257,6 +257,19 @@ def test_after_a_triage_the_ambiguous_and_the_held_get_the_full_probe_beside_ref
     d = after_screen(s, (), TRIAGE, ["node03"], ON)
     assert d is not None
     assert d.nodes == ("node02", "node01", "node03")  # ambiguous, held, failed beside
+    assert d.why == (
+        "node02: triage DEGRADED (peer_read)",
+        "node01: held back from the triage",
+        "node03: its sentinel failed beside the screen",
+    )
+    line = escalation(d, TRIAGE, ON, 36.0).lines[0]
+    assert line.endswith(
+        "(node02: triage DEGRADED (peer_read); node01: held back from the triage; "
+        "node03: its sentinel failed beside the screen)"
+    ), line
+    low = replace(ok("node02"), read_mb_s=198.0)  # OK, 0.66x the triage's peer median
+    d2 = after_screen(summary(low, *(ok(n) for n in NODES[2:])), (), TRIAGE, [], ON)
+    assert d2 is not None and d2.why[0] == "node02: triage read 0.66x peers (< 0.71)", d2
     assert set(d.references) == set(NODES[3:])  # the baseline nodes not in doubt
     assert after_screen(s, (), TRIAGE, ["node01"], ON) == after_screen(s, (), TRIAGE, [], ON)
 

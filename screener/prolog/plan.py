@@ -153,6 +153,8 @@ class Doubt:
 
     nodes: tuple[str, ...]
     references: tuple[str, ...]
+    # why each node is in doubt ("node07: triage read 0.66x peers (< 0.71)"), for the line
+    why: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -239,13 +241,19 @@ def after_screen(
     from its healthy nodes: after a triage, those it left ambiguous (``reprobed``: its
     suspects), the nodes held back from it and the failed beside-sentinels; else those
     sentinels alone. None: nothing in doubt."""
+    said: dict[str, str] = {}
     if screen.stage == "triage":
         held = list(screen.held)
         also = [*held, *(n for n in failed_beside if n not in held)]
         doubt, refs = triage.escalation(summary, policy, also, reprobed)
+        said = triage.ambiguity(summary, policy, reprobed)
+        said.update({n: "held back from the triage" for n in held if n not in said})
     else:
         doubt, refs = triage.with_references(summary, policy, failed_beside)
-    return Doubt(tuple(doubt), tuple(refs)) if doubt else None
+    for n in failed_beside:
+        said.setdefault(n, "its sentinel failed beside the screen")
+    why = tuple(f"{n}: {said[n]}" for n in doubt if n in said)
+    return Doubt(tuple(doubt), tuple(refs), why) if doubt else None
 
 
 def escalation(doubt: Doubt, first: Screen, policy: Policy, left_s: float) -> Escalation:
@@ -259,6 +267,8 @@ def escalation(doubt: Doubt, first: Screen, policy: Policy, left_s: float) -> Es
         f"full probe of {fold_nodes(doubt.nodes)} after the {after},"
         f" beside {fold_nodes(doubt.references)}"
     )
+    if doubt.why:  # what put each node there, with the figure and the yardstick
+        line += f" ({'; '.join(doubt.why)})"
     return Escalation(Screen((*doubt.nodes, *doubt.references), policy, "escalated"), (line,))
 
 

@@ -17,7 +17,7 @@ from dataclasses import replace
 
 from screener.policy import Policy
 from screener.probe.fio import policy_jobs, probe_duration_s
-from screener.probe_data import RunSummary, Status, Verdict
+from screener.probe_data import RunSummary, Status
 from screener.verdict.confirm import NOT_SUSPECT_TAGS, references
 from screener.verdict.rules import borderline_level
 
@@ -136,22 +136,29 @@ def ambiguous(summary: RunSummary, policy: Policy, reprobed: Sequence[str] = ())
     matrix: bench/results/repeatability_prolog_triage.json). Confirmed SLOW is decided;
     UNKNOWN (an error, a shared cause) is not made clearer by more I/O; a lone stall mode
     stays DEGRADED (never drained, probed again next time)."""
+    return list(ambiguity(summary, policy, reprobed))
+
+
+def ambiguity(summary: RunSummary, policy: Policy, reprobed: Sequence[str] = ()) -> dict[str, str]:
+    """``ambiguous``'s nodes, each with why, in the words of the escalation line (issue 44:
+    `full probe of fleet07 after the triage` said nothing of what the triage saw)."""
     level = borderline_level(policy.verdict)
-
-    def low(v: Verdict) -> bool:
-        return v.read_mb_s is not None and v.read_mb_s < level * (v.peer_read_mb_s or 0.0)
-
+    out: dict[str, str] = {}
     # A DEGRADED node with only the signals confirmation does not re-probe either
     # (NOT_SUSPECT_TAGS: facts, a read timeout, a stall mode) is not ambiguous: facts are not
     # figures, and a stall mode in a 0.5 s window is one event (on the emulated cluster a CPU
     # hiccup made one on a healthy node in 2 of 3 triages); stalls seconds apart are the full
     # probe's to find (the sweep), after which the node skips the triage (plan).
-    return [
-        v.node
-        for v in summary.verdicts
-        if (v.status == Status.DEGRADED and set(v.signals) - NOT_SUSPECT_TAGS)
-        or (v.status == Status.OK and (low(v) or v.node in reprobed))
-    ]
+    for v in summary.verdicts:
+        doubt = sorted(set(v.signals) - NOT_SUSPECT_TAGS)
+        place = (v.read_mb_s or 0.0) / v.peer_read_mb_s if v.peer_read_mb_s else None
+        if v.status == Status.DEGRADED and doubt:
+            out[v.node] = f"triage DEGRADED ({', '.join(doubt)})"
+        elif v.status == Status.OK and place is not None and place < level:
+            out[v.node] = f"triage read {place:.2f}x peers (< {level:.2f})"
+        if v.node not in out and v.status == Status.OK and v.node in reprobed:
+            out[v.node] = "slow on the triage, passed its re-probe: transient?"
+    return out
 
 
 def escalation(
