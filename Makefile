@@ -132,7 +132,7 @@ slurm-root: venv
 	@[ -n "$(SLURM)" ] || { echo "slurm-root: which release? make slurm-root SLURM=24.11 (or 26.05)" >&2; exit 2; }
 	@command -v mmdebstrap >/dev/null 2>&1 || { \
 	  echo "installing: mmdebstrap"; \
-	  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends mmdebstrap; }
+	  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q -o DPkg::Lock::Timeout=300 --no-install-recommends mmdebstrap; }
 	$(PY) -m deploy.slurmroot build --version $(SLURM)
 
 bench: deps
