@@ -165,6 +165,7 @@ def as_2205_nodes(data: dict[str, Any]) -> list[dict[str, Any]]:
         reason = rec.get("reason")
         text = reason.get("description", "") if isinstance(reason, dict) else reason or ""
         part = rec.get("partition", {}).get("name", "")
+        assert not text or len(rec["nodes"]["nodes"]) == 1, f"grouped reason, no -N: {rec}"
         for name in rec["nodes"]["nodes"]:
             node = nodes.setdefault(
                 name,
@@ -208,7 +209,8 @@ def wait_job(cluster: ClusterHandle, job_id: str, timeout: float = 240.0) -> dic
 
 
 def sinfo_nodes(cluster: ClusterHandle) -> dict[str, dict[str, Any]]:
-    data = json.loads(cluster.slurm("sinfo", "--json").stdout)
+    # -N: 23.02+ group nodes alike but for their reason (screener's sinfo_argv says why)
+    data = json.loads(cluster.slurm("sinfo", "--json", "-N").stdout)
     return {n["name"]: n for n in as_2205_nodes(data)}
 
 

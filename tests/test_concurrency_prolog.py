@@ -9,6 +9,7 @@ holds the last two exclusively; all 17 are submitted together.
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 from collections import Counter
 from collections.abc import Iterator
@@ -18,7 +19,6 @@ import pytest
 from sqlalchemy import func, select
 
 from deploy.minicluster import ClusterHandle
-from deploy.minicluster.argv import tool
 from screener.store import open_store
 from screener.store.tables import EventRecord, NodeProbeRecord, NodeRecord, RunRecord
 from screener.sweep.job import submit_argv
@@ -120,8 +120,11 @@ def _submit_sweep(
     argv = submit_argv(nodes, str(REPO / "jobs" / "sweep.sbatch"))
     argv[1:1] = ["-o", str(out / "sweep-%j.out")]
     env = {**cluster.env(), **extra, "SCREENER_BIN": str(SCREENER)}
+    # the cluster's PATH: on SCREENER_TEST_SLURM=24.11/26.05 its sbatch is the shim that
+    # enters that version's controller namespace (the host's 22.05 sbatch is refused there)
+    sbatch_bin = shutil.which("sbatch", path=env["PATH"]) or "sbatch"
     res = subprocess.run(
-        [tool("sbatch"), *argv[1:]], env=env, capture_output=True, text=True, timeout=60
+        [sbatch_bin, *argv[1:]], env=env, capture_output=True, text=True, timeout=60
     )
     assert res.returncode == 0, res.stderr
     return res.stdout.strip().split(";")[0]

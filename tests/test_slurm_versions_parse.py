@@ -16,6 +16,8 @@ import pytest
 from deploy.minicluster import ClusterError, ClusterInfo, ClusterSpec, argv, render
 from deploy.minicluster.spec import HOST_SLURM, SHIM_TOOLS, slurm_version_arg
 from deploy.slurmroot import SUITES, SlurmRootError, find, tool_in_root
+from screener.errors import SlurmError
+from screener.slurm.cli_backend import sinfo_argv
 from screener.slurm.job_id import match_job, parse_job_id
 from screener.slurm.parse import job_state, parse_sinfo, parse_squeue_keyed
 from screener.slurm.show_job import parse_show_job
@@ -50,6 +52,30 @@ def test_an_allocated_node_its_state_and_partition(version: str) -> None:
     assert node.states == frozenset({"ALLOCATED"})
     assert node.reason == ""
     assert node.partitions == ("debug",)
+
+
+@pytest.mark.parametrize("version", sorted(VERSIONS))
+def test_two_drains_with_other_reasons_are_read_per_node_with_dash_n(version: str) -> None:
+    """3 nodes, node01 drained by screener, node02 by an admin (captured on the release,
+    2026-11-28): plain `sinfo --json` groups both IDLE+DRAIN nodes in one record with
+    node01's reason, so node02 would read as screener's drain; the CLI backend runs `sinfo
+    --json -N` (a record per node), and a grouped record with a reason is an error."""
+    grouped = json.loads(sample(version, "sinfo_two_reasons.json"))["sinfo"]
+    assert grouped[0]["nodes"]["nodes"] == ["node01", "node02"]
+    assert grouped[0]["reason"]["description"] == "screener: rd 0.05x peers r1"
+    with pytest.raises(SlurmError, match="grouped 2 nodes under one reason: run it with -N"):
+        parse_sinfo(sample(version, "sinfo_two_reasons.json"))
+    nodes = {n.name: n for n in parse_sinfo(sample(version, "sinfo_N_two_reasons.json"))}
+    assert nodes["node01"].reason == "screener: rd 0.05x peers r1"
+    assert nodes["node02"].reason == "admin: bios"
+    assert nodes["node01"].states == nodes["node02"].states == frozenset({"IDLE", "DRAIN"})
+    assert nodes["node03"].states == frozenset({"IDLE"}) and nodes["node03"].reason == ""
+    assert sinfo_argv() == ["sinfo", "--json", "-N"]
+    tests_view = {
+        n["name"]: n for n in as_2205_nodes(json.loads(sample(version, "sinfo_N_two_reasons.json")))
+    }
+    assert tests_view["node02"]["reason"] == "admin: bios"
+    assert tests_view["node02"]["state_flags"] == ["DRAIN"]
 
 
 @pytest.mark.parametrize("version", sorted(VERSIONS))

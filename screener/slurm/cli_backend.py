@@ -1,7 +1,8 @@
 """The command-line Slurm backend: ``sinfo --json``, ``squeue --json``, ``scontrol update``.
 
-Tested on Slurm 22.05 (which has no ``scontrol --json``, and whose ``sinfo``/``squeue``
-ignore node/job filters together with ``--json``, so filtering is done here). Every command
+Tested on Slurm 22.05, 24.11 and 26.05 (22.05 has no ``scontrol --json``, and its
+``sinfo``/``squeue`` ignore node/job filters together with ``--json``, so filtering is done
+here). Every command
 is an argv list built by a pure function; the node list and reason are validated first.
 """
 
@@ -21,7 +22,10 @@ from screener.slurm.parse import parse_sinfo, parse_squeue_keyed
 
 def sinfo_argv() -> list[str]:
     """Every node with state, flags and reason."""
-    return ["sinfo", "--json"]  # 22.05: --json prints all nodes; -n is ignored with it
+    # 22.05: --json prints all nodes (-n is ignored with it, -N changes nothing); 23.02+
+    # group nodes by state into one record carrying the first node's reason unless -N: an
+    # admin's drain beside screener's read as screener's (seen on 24.11 and 26.05)
+    return ["sinfo", "--json", "-N"]
 
 
 def squeue_argv() -> list[str]:

@@ -4,7 +4,9 @@ Shapes handled (captured samples in tests/data/slurm/):
 - 22.05: ``{"nodes": [{"name", "state": "idle", "state_flags": ["DRAIN"], "reason": "..."}]}``;
 - 23.02+ node records: ``"state": ["IDLE", "DRAIN"]`` (a list), ``reason`` possibly an object;
 - 24.11 ``sinfo --json``: ``{"sinfo": [{"nodes": {"nodes": [...]}, "node": {"state": [...]},
-  "reason": ..., "partition": {"name": ...}}]}``;
+  "reason": ..., "partition": {"name": ...}}]}``; a record groups nodes alike but for their
+  reason (the first node's is printed), so it is read with ``-N``: a record per node and
+  partition (a grouped record with a reason is a SlurmError);
 - jobs: ``job_state`` a string or a list, ``comment`` a string or an object with ``job``;
   captured from real 24.11/26.05 in tests/data/slurm/<V>/ (tests/test_slurm_versions_parse.py).
 
@@ -149,6 +151,13 @@ def parse_sinfo(text: str) -> list[SlurmNode]:
             states = node_states(_obj(rec.get("node"), f"{what}: sinfo[].node").get("state"), None)
             part = _text(_obj(rec.get("partition"), f"{what}: sinfo[].partition").get("name"))
             reason = _text(rec.get("reason"))
+            if reason and len(names) > 1:
+                # without -N (--Node), 23.02+ group nodes whose reasons differ in one record
+                # carrying the first node's reason: an admin's drain beside screener's read
+                # as screener's (captured: tests/data/slurm/24.11/sinfo_two_reasons.json)
+                raise SlurmError(
+                    f"{what} grouped {len(names)} nodes under one reason: run it with -N"
+                )
             for one in names:
                 name = node_name(one, what)
                 old = found.get(name)
