@@ -66,6 +66,10 @@ class VerdictPolicy:
     mad_floor_fraction: float = 0.05  # log-MAD never below log(1.05): quiet fleets
     min_peers: int = 4  # below this many usable peers, no peer comparison
     min_peer_drop: float = 0.5  # peer rule also needs value < this * median (a real gap)
+    # The 4 KiB random read's gap: its IOPS in short windows on a loaded host spread more
+    # (a healthy node read 0.34x, z=-5.2, beside 3 references: issue 44); a random-read
+    # fault reads 0.04x. Below this x the peer median, and out of the noise: peer_rand.
+    rand_peer_drop: float = 0.25
     shared_cause_fraction: float = 0.5  # this share of nodes slow together = shared cause
     history_runs: int = 5  # how many of the node's own past OK runs to compare with
     history_drop: float = 0.25  # below this fraction of own history median is suspect
@@ -127,8 +131,15 @@ class StorePolicy:
 class SlurmPolicy:
     """How screener talks to Slurm and how far it may go (docs/slurm.md)."""
 
-    backend: str = "auto"  # auto | cli | pyslurm; auto = pyslurm when it matches, else cli
-    command_timeout_s: float = 20.0  # per sinfo/squeue/scontrol call
+    backend: str = "auto"  # auto | cli | pyslurm | rest; auto = pyslurm when it matches, else cli
+    command_timeout_s: float = 20.0  # per sinfo/squeue/scontrol call (and slurmrestd request)
+    # slurmrestd (docs/slurm.md, "The slurmrestd backend"): "unix:/path/to/socket" or
+    # "http://127.0.0.1:6820"; "" = none. auto uses it when set and its ping answers.
+    rest_url: str = ""
+    # A JWT as `scontrol token` prints it (SLURM_JWT=...; or the bare token), re-read for
+    # every client; "" = the SLURM_JWT environment variable, else none (rest_auth/local).
+    rest_token_file: str = ""
+    rest_user: str = ""  # X-SLURM-USER-NAME with the token; "" = the token's own user
     tag: str = "screener:"  # every drain reason starts with this; resume checks the whole reason
     dry_run: bool = False  # decide and record, but never drain or resume
     max_drain_fraction: float = 0.34  # of one allocation/sweep; beyond it nobody is drained
@@ -278,7 +289,7 @@ _SECTIONS: dict[str, type[Any]] = {
 _ALLOWED = {
     "probe.ioengine": ("libaio", "io_uring"),
     "transport.kind": ("asyncssh", "fabric", "local"),
-    "slurm.backend": ("auto", "cli", "pyslurm"),
+    "slurm.backend": ("auto", "cli", "pyslurm", "rest"),
     "prolog.sentinel_reader": ("dd", "fio"),
 }
 
@@ -389,6 +400,7 @@ _BOUNDS: dict[str, tuple[float, float, bool]] = {
     "verdict.mad_floor_fraction": (0.001, 1, False),  # 0: a zero MAD divides by zero
     "verdict.min_peers": (2, _COUNT, False),
     "verdict.min_peer_drop": (0, 1, True),
+    "verdict.rand_peer_drop": (0, 1, True),
     "verdict.shared_cause_fraction": (0, 1, True),
     "verdict.history_runs": (0, 1000, False),
     "verdict.history_drop": (0, 1, False),
@@ -512,6 +524,46 @@ def tag_problem(tag: str) -> str | None:
     return None
 
 
+# slurm.rest_url: a unix socket path, or http(s) to a host name or address and a port.
+_REST_UNIX_RE = re.compile(r"unix:(/[A-Za-z0-9._/-]{1,107})")
+_REST_HTTP_RE = re.compile(
+    r"(https?)://([A-Za-z0-9.-]{1,253}|\[[0-9A-Fa-f:]{2,39}\]):([0-9]{1,5})/?"
+)
+_REST_USER_RE = re.compile(r"[a-z_][a-z0-9_.-]{0,31}")
+
+
+def rest_endpoint(url: str) -> tuple[str, str, int]:
+    """slurm.rest_url as ("unix", socket path, 0) or ("http"|"https", host, port); a
+    one-line ConfigError otherwise (nothing else ever reaches a connection or a header)."""
+    m = _REST_UNIX_RE.fullmatch(url)
+    if m and "/../" not in f"{m.group(1)}/":
+        return "unix", m.group(1), 0
+    m = _REST_HTTP_RE.fullmatch(url)
+    if m and 0 < int(m.group(3)) < 65536:
+        return m.group(1), m.group(2).strip("[]"), int(m.group(3))
+    raise ConfigError(
+        f"slurm.rest_url {shorten(url)!r} must be unix:/path/to/socket or "
+        "http://HOST:PORT (e.g. http://127.0.0.1:6820)"
+    )
+
+
+def _rest_checks(s: SlurmPolicy) -> list[tuple[bool, str]]:
+    """[slurm] rest_* settings: a usable URL, an absolute token file, a plain user name."""
+    if s.rest_url:
+        rest_endpoint(s.rest_url)  # raises its own one-line message
+    return [
+        (bool(s.rest_url) or s.backend != "rest", "slurm.backend = rest needs slurm.rest_url"),
+        (
+            not s.rest_token_file or os.path.isabs(s.rest_token_file),
+            f"slurm.rest_token_file must be an absolute path, got {shorten(s.rest_token_file)!r}",
+        ),
+        (
+            not s.rest_user or _REST_USER_RE.fullmatch(s.rest_user) is not None,
+            f"slurm.rest_user {shorten(s.rest_user)!r} is not a user name",
+        ),
+    ]
+
+
 def _slurm_checks(p: Policy) -> list[tuple[bool, str]]:
     """Checks of the [slurm], [prolog], [sweep] and [ingest] sections beyond ranges."""
     try:
@@ -534,6 +586,7 @@ def _slurm_checks(p: Policy) -> list[tuple[bool, str]]:
             "only {user} and {job_id} placeholders, no '..'",
         ),
         (tag_problem(tag) is None, f"slurm.tag {tag_problem(tag)}"),
+        *_rest_checks(p.slurm),
         (
             regex_ok,
             f"prolog.job_name_regex is not a valid regex: {shorten(p.prolog.job_name_regex)!r}",

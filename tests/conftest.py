@@ -72,6 +72,7 @@ LONGEST = (
     "test_concurrency.py",
     "test_fuzz_parsers.py",
     "test_pipeline.py",
+    "test_every_slurm.py",
     "test_sweep.py",
     "test_concurrency_prolog.py",
     "test_admin_answers.py",

@@ -36,12 +36,41 @@ def slurm_version_under_test() -> str | None:
 
 SLURM_UNDER_TEST = slurm_version_under_test()
 # pyslurm 22.5.3 links libslurm.so.38 (Slurm 22.05), which no other root has (ImportError
-# inside it), and a host-side pyslurm would speak 22.05's protocol to a newer slurmctld.
+# inside it), and a host-side pyslurm would speak 22.05's protocol to a newer slurmctld: a test
+# that runs screener on the host has no pyslurm for another Slurm.
 PYSLURM_NEEDS_HOST_SLURM = pytest.mark.skipif(
     SLURM_UNDER_TEST is not None,
-    reason=f"SCREENER_TEST_SLURM={SLURM_UNDER_TEST}: pyslurm 22.5.3 serves only Slurm 22.05 "
-    "(ImportError libslurm.so.38 inside that version's root)",
+    reason=f"SCREENER_TEST_SLURM={SLURM_UNDER_TEST}: this test runs screener on the host, whose "
+    "pyslurm 22.5.3 serves only Slurm 22.05 (the root's own build runs inside the root: "
+    "tests/test_slurm_contract.py)",
 )
+
+
+def pyslurm_in_root_missing() -> str | None:
+    """Why pyslurm cannot serve the Slurm under test from inside its root (None: it can).
+
+    The root's own build (deploy/slurmroot/pyslurm.py, `make pyslurm SLURM=V`) is imported
+    by a venv python run inside the root (in_slurm_root), as the hooks are; 26.05 has none."""
+    if SLURM_UNDER_TEST is None:
+        return "the host's Slurm: pyslurm runs on the host"
+    from deploy.slurmroot import SlurmRootError
+    from deploy.slurmroot.pyslurm import find_pyslurm
+
+    try:
+        find_pyslurm(SLURM_UNDER_TEST)
+    except SlurmRootError as exc:
+        return f"SCREENER_TEST_SLURM={SLURM_UNDER_TEST}: {exc}"
+    return None
+
+
+def in_slurm_root(argv: list[str]) -> list[str]:
+    """``argv`` run with the /usr of the Slurm root under test, as slurmctld runs the hooks
+    (there the venv's .pth puts the root's pyslurm first); unchanged on the host's Slurm."""
+    if SLURM_UNDER_TEST is None:
+        return argv
+    from deploy.slurmroot import exec_argv, root_path
+
+    return exec_argv(root_path(SLURM_UNDER_TEST), argv)
 
 
 def hook_script(directory: Path, hook: str, config: Path, hookd: str = "off") -> Path:
@@ -63,7 +92,7 @@ def start_hookd(sock: str | Path) -> subprocess.Popen[str]:
     """`screener hookd` on ``sock``, returned once it listens (its first line says so);
     its later lines (one per hook run) stay in the pipe for the caller."""
     proc = subprocess.Popen(
-        [str(SCREENER), "hookd", "--socket", str(sock)],
+        in_slurm_root([str(SCREENER), "hookd", "--socket", str(sock)]),  # beside slurmctld
         stdin=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,

@@ -29,6 +29,7 @@ import pytest
 from screener.hook_server.wire import ENV_SOCKET, encode_request, package_dir, read_line
 from tests.hooked_cluster import (
     hooked_cluster,
+    in_slurm_root,
     job_state,
     pace_devices,
     run_screener,
@@ -50,7 +51,9 @@ class Hookd:
         self.sock = sock
         base = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SCREENER_"))}
         self.proc = subprocess.Popen(
-            [SCREENER, "hookd", "--socket", str(sock)],
+            # beside slurmctld, as on a site: with its Slurm's /usr (libslurm, pyslurm build,
+            # scontrol); on the host's, a 22.05 pyslurm would talk to a newer slurmctld
+            in_slurm_root([str(SCREENER), "hookd", "--socket", str(sock)]),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,

@@ -1,7 +1,9 @@
 """One contract for both Slurm backends (issue 21), against the real slurmctld of the
-emulated cluster: the CLI backend (sinfo/squeue --json, scontrol) and pyslurm 22.5.3 must
-see the same nodes, states, reasons, partitions and job fields, and their drains, resumes and
-releases must show in Slurm's own `sinfo -R`/`squeue` text.
+emulated cluster: the CLI backend (sinfo/squeue --json, scontrol) and pyslurm (22.5.3 on the
+host's 22.05; with SCREENER_TEST_SLURM=24.11 that root's 24.11.0 build, its driver run inside
+the root as the hooks are) must see the same nodes, states, reasons, partitions and job
+fields, and their drains, resumes and releases must show in Slurm's own `sinfo -R`/`squeue`
+text.
 
 Each call runs in its own process (tests/slurm_contract_driver.py): libslurm reads its
 config once per process. Passing this suite for a pyslurm release is what puts it in
@@ -26,7 +28,7 @@ import pytest
 from deploy.minicluster import ClusterHandle
 from deploy.minicluster.procs import wait_until
 from screener.slurm.pyslurm_probe import VERIFIED, version_numbers
-from tests.hooked_cluster import PYSLURM_NEEDS_HOST_SLURM, SLURM_UNDER_TEST
+from tests.hooked_cluster import SLURM_UNDER_TEST, in_slurm_root, pyslurm_in_root_missing
 
 REPO = Path(__file__).resolve().parents[1]
 HAVE_PYSLURM = importlib.util.find_spec("pyslurm") is not None
@@ -34,18 +36,34 @@ NO_PYSLURM = (
     "pyslurm is not installed: the pyslurm half of the Slurm contract did NOT run "
     "(`make pyslurm` installs it from ../shared/vendor)"
 )
+# slurmrestd (the rest backend) runs in 24.11 and 26.05 clusters; the host's 22.05 has none.
+# It runs as nobody with JWT auth, as in production: root's token (the cluster's
+# SCREENER_MINICLUSTER_REST_TOKEN_FILE) makes its requests root's, writes included.
+HAVE_REST = SLURM_UNDER_TEST is not None
+NEEDS_REST = pytest.mark.skipif(
+    not HAVE_REST,
+    reason="the host's Slurm 22.05 has no slurmrestd: the rest backend's contract runs with "
+    "SCREENER_TEST_SLURM=24.11 or 26.05",
+)
+# Another Slurm (SCREENER_TEST_SLURM): pyslurm is that root's own build, imported by the
+# driver run inside the root (in_slurm_root), as the hooks run; 26.05 has none.
+PYSLURM_MISSING = (
+    (None if HAVE_PYSLURM else NO_PYSLURM)
+    if SLURM_UNDER_TEST is None
+    else pyslurm_in_root_missing()
+)
 BACKENDS = [
     "cli",
     pytest.param(
         "pyslurm",
-        marks=[
-            pytest.mark.skipif(not HAVE_PYSLURM, reason=NO_PYSLURM),
-            PYSLURM_NEEDS_HOST_SLURM,  # SCREENER_TEST_SLURM names another Slurm
-        ],
+        marks=pytest.mark.skipif(PYSLURM_MISSING is not None, reason=str(PYSLURM_MISSING)),
     ),
 ]
 # Which backends `both` compares: pyslurm only where it can serve the cluster's Slurm.
-BOTH = ("cli", "pyslurm") if HAVE_PYSLURM and SLURM_UNDER_TEST is None else ("cli",)
+BOTH = ("cli", "pyslurm") if PYSLURM_MISSING is None else ("cli",)
+BACKENDS.append(pytest.param("rest", marks=NEEDS_REST))
+WRITERS = BACKENDS  # drain, resume, release: every backend, rest through its JWT
+BOTH = (*BOTH, "rest") if HAVE_REST else BOTH  # reads: every cluster with slurmrestd
 TAG = "screener: contract test"
 
 
@@ -53,8 +71,9 @@ def call(
     cluster: ClusterHandle, backend: str, op: str, *args: str, env: dict[str, str] | None = None
 ) -> Any:
     """One client call through ``backend``; its result (or {"error": ...})."""
+    argv = [sys.executable, "-m", "tests.slurm_contract_driver", backend, op, *args]
     res = subprocess.run(
-        [sys.executable, "-m", "tests.slurm_contract_driver", backend, op, *args],
+        in_slurm_root(argv) if backend == "pyslurm" else argv,
         env={**cluster.env(), **(env or {})},
         cwd=REPO,
         capture_output=True,
@@ -104,6 +123,9 @@ def wait(check: Callable[[], bool], what: str = "the job's state") -> None:
 def test_pyslurm_release_under_test_is_the_verified_one() -> None:
     """The pair this suite passes for is the pair `auto` trusts (and no other). In CI, with
     the vendored wheel beside the checkout, the pyslurm half must run: a skip is a failure."""
+    if SLURM_UNDER_TEST is not None:
+        _root_build_is_verified(SLURM_UNDER_TEST)
+        return
     if not HAVE_PYSLURM:
         vendored = list((REPO.parent / "shared" / "vendor").glob("pyslurm-*.whl"))
         if os.environ.get("SCREENER_CI") == "1" and vendored:  # set by .ci/run
@@ -112,6 +134,48 @@ def test_pyslurm_release_under_test_is_the_verified_one() -> None:
     from importlib.metadata import version
 
     assert version_numbers(version("pyslurm"))[:2] in VERIFIED
+
+
+def _root_build_is_verified(release: str) -> None:
+    """Another Slurm: the root's own pyslurm build is the one verified. In CI, with its
+    source vendored (`make test-slurms` builds it), a missing build is a failure."""
+    from deploy.slurmroot.pyslurm import SOURCES, find_pyslurm
+
+    if PYSLURM_MISSING is not None:
+        src = SOURCES.get(release)
+        vendored = src is not None and (REPO.parent / "shared" / "vendor" / src.tarball).is_file()
+        if os.environ.get("SCREENER_CI") == "1" and vendored:
+            pytest.fail(f"the pyslurm half did NOT run: {PYSLURM_MISSING}")
+        pytest.skip(f"the pyslurm half did NOT run: {PYSLURM_MISSING}")
+    assert version_numbers(find_pyslurm(release).stamp.pyslurm)[:2] in VERIFIED
+
+
+def test_auto_uses_the_roots_pyslurm_inside_the_root_only(cluster: ClusterHandle) -> None:
+    """Another Slurm: `auto` where the hooks run (inside its root) picks that root's pyslurm
+    build and says why; on the host, beside the same cluster, the host's 22.5.3 is what
+    imports and `auto` refuses it (scontrol -V names the cluster's Slurm): the CLI."""
+    if SLURM_UNDER_TEST is None:
+        pytest.skip("the host's Slurm: tests/test_prolog.py checks `auto` picks pyslurm there")
+    if PYSLURM_MISSING is not None:
+        pytest.skip(f"the pyslurm half did NOT run: {PYSLURM_MISSING}")
+    from deploy.slurmroot.pyslurm import find_pyslurm
+
+    driver = [sys.executable, "-m", "tests.slurm_contract_driver", "auto", "nodes"]
+    inside, outside = (
+        subprocess.run(
+            argv, env=cluster.env(), cwd=REPO, capture_output=True, text=True, timeout=120
+        )
+        for argv in (in_slurm_root(driver), driver)
+    )
+    assert inside.returncode == 0 and outside.returncode == 0, inside.stderr + outside.stderr
+    got, host = json.loads(inside.stdout), json.loads(outside.stdout)
+    built = find_pyslurm(SLURM_UNDER_TEST).stamp.pyslurm
+    assert got["backend"] == "pyslurm", got
+    assert f"pyslurm {built} built for Slurm {SLURM_UNDER_TEST}." in got["why"], got
+    assert got["why"].endswith(": contract-tested"), got
+    assert sorted(n["name"] for n in got["result"]) == sorted(cluster.nodes)
+    assert host["backend"] == "cli" and "versions differ" in host["why"], host
+    assert built not in host["why"], host  # the .pth adds the root's build inside it only
 
 
 def test_nodes_states_reasons_and_an_overlapping_partition(cluster: ClusterHandle) -> None:
@@ -132,7 +196,7 @@ def test_nodes_states_reasons_and_an_overlapping_partition(cluster: ClusterHandl
         cluster.slurm("scontrol", "delete", "PartitionName=extra")
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", WRITERS)
 def test_drain_and_resume_show_in_sinfo(cluster: ClusterHandle, backend: str) -> None:
     """One drain of two nodes with a reason, seen by Slurm and by both backends; then resume."""
     a, b = cluster.nodes[0], cluster.nodes[3]
@@ -172,7 +236,8 @@ def test_controller_unreachable_is_an_error_not_a_gone_job(
     # libslurm retries for about MessageTimeout (30 s here), which pyslurm cannot cut short
     conf.write_text(re.sub(r"(?m)^MessageTimeout=\d+", "MessageTimeout=2", text))
     assert "SlurmctldPort=1\n" in conf.read_text() and "MessageTimeout=2\n" in conf.read_text()
-    env = {"SLURM_CONF": str(conf)}
+    # rest: slurmrestd itself not answering (its socket gone), as the backend meets it
+    env = {"SLURM_CONF": str(conf), "SCREENER_MINICLUSTER_REST_URL": f"unix:{tmp_path}/gone"}
     for op, args in (("job", ["1"]), ("nodes", []), ("release", ["1"])):
         out = call(cluster, backend, op, *args, env=env)
         assert isinstance(out, dict) and "error" in out, (op, out)
@@ -215,7 +280,7 @@ def test_job_fields_running_pending_array_het_agree(cluster: ClusterHandle) -> N
     )
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", WRITERS)
 def test_requeued_job_is_released_now(cluster: ClusterHandle, backend: str) -> None:
     """A requeued job waits for BeginTime; release makes it eligible and it runs again."""
     job = sbatch(cluster, "--requeue", f"-w{cluster.nodes[2]}", "--wrap", "sleep 300")

@@ -203,6 +203,44 @@ def slurmctld(conf: Path, exe: str | None = None) -> list[str]:
     return [exe or tool("slurmctld"), "-D", "-f", str(conf)]
 
 
+def slurmrestd(conf: Path, listen: list[str], exe: str) -> list[str]:
+    """slurmrestd in the foreground on ``listen`` (unix:/path, host:port), v0.0.42 only, as
+    nobody (uid/gid numbers: the root's NSS cannot resolve names here): 26.05 will not run
+    as root. JWT only: SLURM_JWT=daemon makes auth/jwt its own auth plugin (under auth/munge
+    it rejects every token: "Rejecting thread config token"), so each request is its JWT's
+    user's (root's for root's token); rest_auth/local needs auth/munge and is left out."""
+    return [
+        tool("env"),
+        "SLURM_JWT=daemon",
+        exe,
+        "-u",
+        "65534",
+        "-g",
+        "65534",
+        "-f",
+        str(conf),
+        "-a",
+        "rest_auth/jwt",
+        "-s",
+        "openapi/slurmctld",  # no slurmdbd here: openapi/slurmdbd would fail to load
+        "-d",
+        "v0.0.42",  # the one version screener's rest backend speaks (24.11 .. 26.05)
+        *listen,
+    ]
+
+
+def scontrol_token(conf: Path, lifespan_s: int, exe: str) -> list[str]:
+    """A JWT for root from slurmctld (signed with jwt_key): prints ``SLURM_JWT=<token>``."""
+    return [
+        tool("env"),
+        f"SLURM_CONF={conf}",
+        exe,
+        "token",
+        "username=root",
+        f"lifespan={lifespan_s}",
+    ]
+
+
 def slurmd(node: str, conf: Path, exe: str | None = None) -> list[str]:
     """One node's slurmd, in the foreground (run via in_node so steps see the node)."""
     return [

@@ -53,6 +53,8 @@ from deploy.slurmroot import tool_in_root
 T = TypeVar("T")
 FaultArg = str | tuple[str, str, int | str | None]
 READY_STATES = frozenset({"idle", "allocated", "mixed", "completing", "drained", "draining"})
+# root's JWT for slurmrestd: a day, renewed by any up or repair after half of it has passed
+REST_TOKEN_LIFESPAN_S = 86400
 _REMOVED_ON_DOWN = ("ssh", "slurm", "munge", "nodes", "faults", "bin", RUNTIME_FILE, SPEC_FILE)
 
 
@@ -316,6 +318,7 @@ class _Bringup:
         self._write_client_files()
         if info.slurm:
             self._wait_controller(deadline)
+            self._start_rest(deadline)
             _parallel(lambda n: self.nodes.start_slurmd(n, deadline), info.nodes)
         self._wait_ready(deadline, fresh=True)
 
@@ -345,6 +348,7 @@ class _Bringup:
         self._write_client_files()
         if info.slurm:
             self._wait_controller(deadline)
+            self._start_rest(deadline, only_dead=True)
             dead = [n for n in info.nodes if not alive(self.recs.node(n).procs.get("slurmd"))]
             _parallel(lambda n: self.nodes.start_slurmd(n, deadline), dead)
         self._wait_ready(deadline, fresh=False)
@@ -353,7 +357,8 @@ class _Bringup:
         info = self.info
         if not info.slurm:
             return
-        for port in [info.slurmctld_port] + [info.slurmd_port(n) for n in info.nodes]:
+        ports = [info.slurmctld_port] + [info.slurmd_port(n) for n in info.nodes]
+        for port in ports + ([info.rest_port] if info.rest else []):
             if listening(port):
                 raise ClusterError(
                     f"port {port} is already in use (another cluster? pick another "
@@ -372,6 +377,10 @@ class _Bringup:
             fd = os.open(key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with os.fdopen(fd, "wb") as f:
                 f.write(os.urandom(1024))
+        if info.rest and not info.jwt_key.exists():  # kept across repairs: tokens stay valid
+            fd = os.open(info.jwt_key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "wb") as f:
+                f.write(os.urandom(64))  # HS256: slurm.conf(5) wants at least 32 random bytes
         hooks = {}
         for name, script in (("prolog", info.spec.prolog), ("epilog", info.spec.epilog)):
             if script is not None:
@@ -413,7 +422,7 @@ class _Bringup:
         holder = ctl.procs.get("holder")
         if not alive(holder):
             # Daemons of a namespace nobody can enter any more: restarted in the new one.
-            for role in ("slurmctld", "munged"):
+            for role in ("slurmrestd", "slurmctld", "munged"):
                 stop(ctl.procs.get(role), grace=2.0)
                 self.recs.set_proc(CTL, role, None)
             log = info.logs_dir / "controller.holder.log"
@@ -434,6 +443,62 @@ class _Bringup:
         assert holder is not None
         pid = holder.pid
         return lambda cmd: argv.in_controller(pid, cmd)
+
+    def _start_rest(self, deadline: float, only_dead: bool = False) -> None:
+        """A versioned cluster's slurmrestd, in the controller's namespace, as nobody, on its
+        unix socket and a loopback port, plus root's JWT in rest_token_file (fresh at every
+        up and repair past half its lifespan: the rotation an admin's timer does, docs/slurm.md)."""
+        info = self.info
+        if not info.rest:
+            return
+        ctl = self.recs.node(CTL)
+        cg = Path(ctl.cgroup or info.cgroup_name(None))
+        enter = self._controller_namespace(cg, deadline)
+        self._write_token(enter)
+        if only_dead and alive(ctl.procs.get("slurmrestd")):
+            return
+        stop(ctl.procs.get("slurmrestd"), grace=2.0)
+        info.rest_socket.parent.mkdir(exist_ok=True)
+        os.chown(info.rest_socket.parent, 65534, 65534)  # it binds the socket as nobody
+        info.rest_socket.unlink(missing_ok=True)  # a dead one's socket: bind() fails on it
+        listen = [f"unix:{info.rest_socket}", f"127.0.0.1:{info.rest_port}"]
+        exe = self.nodes.exe("slurmrestd")
+        assert exe is not None  # a versioned cluster: the root's
+        cmd = enter(argv.slurmrestd(info.slurm_conf, listen, exe))
+        log = info.logs_dir / "slurmrestd.log"
+        pidfile = info.slurm_dir / "rest.launch.pid"
+        proc = launch("slurmrestd", cmd, cg, pidfile, log, deadline)
+        self.recs.set_proc(CTL, "slurmrestd", proc)
+        wait_until(
+            f"slurmrestd on port {info.rest_port}",
+            lambda: (
+                (listening(info.rest_port) and info.rest_socket.exists())
+                or _dead("slurmrestd", proc, log)
+            ),
+            deadline,
+            lambda: tail(log),
+        )
+
+    def _write_token(self, enter: Callable[[list[str]], list[str]]) -> None:
+        """root's JWT from the root's `scontrol token` (slurmctld signs it), written 0600 and
+        atomically: a client reading it mid-rotation sees the old token or the new one.
+        Kept while younger than half its lifespan."""
+        info = self.info
+        with contextlib.suppress(FileNotFoundError):
+            age = time.time() - info.rest_token_file.stat().st_mtime
+            if 0 <= age < REST_TOKEN_LIFESPAN_S / 2:
+                return
+        exe = self.nodes.exe("scontrol")
+        assert exe is not None
+        out = run(enter(argv.scontrol_token(info.slurm_conf, REST_TOKEN_LIFESPAN_S, exe)))
+        token = out.strip().removeprefix("SLURM_JWT=")
+        if not token or not token.isascii() or any(c.isspace() for c in token):
+            raise ClusterError(f"scontrol token printed no token: {out.strip()[:80]!r}")
+        tmp = info.rest_token_file.with_name(f".{info.rest_token_file.name}.{os.getpid()}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(token + "\n")
+        os.replace(tmp, info.rest_token_file)
 
     def _wait_controller(self, deadline: float) -> None:
         info = self.info

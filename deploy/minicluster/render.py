@@ -137,6 +137,12 @@ def slurm_conf(info: ClusterInfo, cpus: int, prolog: Path | None, epilog: Path |
         "AuthType=auth/munge",
         "CredType=cred/munge",
         f"AuthInfo=socket={info.munge_socket}",  # private munged: never a system one
+        # slurmrestd's JWTs (a versioned cluster: slurm-wlm-jwt-plugin in its root)
+        *(
+            ["AuthAltTypes=auth/jwt", f"AuthAltParameters=jwt_key={info.jwt_key}"]
+            if info.rest
+            else []
+        ),
         f"StateSaveLocation={sd / 'state'}",
         f"SlurmdSpoolDir={sd / 'spool' / '%n'}",  # %n: one spool per slurmd
         f"SlurmctldPidFile={sd / 'slurmctld.pid'}",

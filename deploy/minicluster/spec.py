@@ -132,6 +132,8 @@ def validate_spec(spec: ClusterSpec) -> None:
             )
         if spec.sshd_only:
             raise ClusterError("--slurm-version needs Slurm, which --sshd-only does not start")
+        if spec.slurm_port_base + spec.nodes + 1 > 65535:  # slurmrestd's port (rest_port)
+            raise ClusterError(f"--slurm-port-base {spec.slurm_port_base} leaves no room for ports")
     for flag, path in (("--prolog", spec.prolog), ("--epilog", spec.epilog)):
         if path is None:
             continue
@@ -323,6 +325,47 @@ class ClusterInfo:
     def slurmctld_port(self) -> int:
         return self.spec.slurm_port_base
 
+    # -- slurmrestd (a versioned cluster: its root ships it; docs/slurm.md) ------------------
+    @property
+    def rest(self) -> bool:
+        """True when the cluster runs slurmrestd (24.11, 26.05; the host's 22.05 has none)."""
+        return self.slurm and self.spec.slurm_version is not None
+
+    @property
+    def rest_port(self) -> int:
+        """slurmrestd's loopback TCP port (JWT auth): the first port after the slurmds'."""
+        return self.spec.slurm_port_base + self.spec.nodes + 1
+
+    @property
+    def rest_url(self) -> str:
+        """slurmrestd as screener's rest backend reaches it in production: TCP with a JWT
+        (rest_token_file). slurmrestd runs as nobody (26.05 will not run as root), so only
+        JWT makes its requests root's: drain, resume and release."""
+        return f"http://127.0.0.1:{self.rest_port}"
+
+    @property
+    def rest_unix_url(self) -> str:
+        """The same slurmrestd on a unix socket (JWT too; without one, rest_auth/local makes a
+        request nobody's, which slurmctld lets read but not write)."""
+        return f"unix:{self.rest_socket}"
+
+    @property
+    def rest_socket(self) -> Path:
+        """slurmrestd's unix socket, in a directory its user (nobody) may write."""
+        return self.slurm_dir / "rest" / "rest.sock"
+
+    @property
+    def jwt_key(self) -> Path:
+        """The cluster's HS256 key (AuthAltParameters=jwt_key=; 0600, made at up): slurmctld
+        signs `scontrol token` with it and checks every JWT slurmrestd forwards."""
+        return self.slurm_dir / "jwt_hs256.key"
+
+    @property
+    def rest_token_file(self) -> Path:
+        """root's JWT (`scontrol token username=root`), rewritten at every up and repair:
+        slurm.rest_token_file for screener's rest backend."""
+        return self.slurm_dir / "rest.jwt"
+
     @property
     def first_job_id(self) -> int:
         """1 for the demo's port base; 100,000 ids apart per 100 ports above it. Clusters
@@ -346,6 +389,10 @@ class ClusterInfo:
         )
         if self.slurm:
             env["SLURM_CONF"] = str(self.slurm_conf)
+        if self.rest:  # slurm.rest_url for screener's rest backend (docs/slurm.md)
+            env["SCREENER_MINICLUSTER_REST_URL"] = self.rest_url
+            env["SCREENER_MINICLUSTER_REST_UNIX_URL"] = self.rest_unix_url
+            env["SCREENER_MINICLUSTER_REST_TOKEN_FILE"] = str(self.rest_token_file)
         if self.client_bin is not None:  # the version's sinfo/sbatch/... first on PATH
             path = env.get("PATH") or os.environ.get("PATH") or os.defpath
             first = str(self.client_bin)

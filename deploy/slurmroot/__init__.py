@@ -23,7 +23,9 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,6 +44,7 @@ SLURM_PACKAGES = (
     "slurmd",  # pulls slurmstepd's package (slurm-wlm-basic-plugins and libslurm*)
     "slurm-client",  # srun, sbatch, scontrol, sinfo, squeue, scancel
     "slurmrestd",
+    "slurm-wlm-jwt-plugin",  # auth/jwt (slurmrestd has rest_auth/jwt): its writes on 26.05
     "munge",  # munged + libmunge (the auth/munge plugin links it)
 )
 NODE_PACKAGES = (
@@ -100,6 +103,14 @@ DPKG_OPTIONS = (
 #     screener's facts script runs awk.
 BIND_ETC = ("etc/ld.so.cache", "etc/alternatives")
 USR_MERGED_LINKS = ("bin", "sbin", "lib", "lib64")
+# A build without these failed, whatever mmdebstrap said (Debian's multiarch plugin dir).
+REQUIRED_FILES = (
+    "usr/sbin/slurmctld",
+    "usr/sbin/slurmd",
+    "usr/sbin/slurmstepd",
+    "usr/lib/x86_64-linux-gnu/slurm-wlm/auth_jwt.so",
+    "usr/lib/x86_64-linux-gnu/slurm-wlm/rest_auth_jwt.so",
+)
 
 # $1 = root. Binds read-only (the cached root is shared by every cluster: nothing run inside
 # may change it), then becomes the command (exec: same pid, so a launcher's recorded pid
@@ -362,29 +373,50 @@ def _du(path: Path) -> int:
 
 
 # -- build ----------------------------------------------------------------------------------
+def _say(line: str) -> None:
+    print(f"slurmroot: {line}", file=sys.stderr)
+
+
+def current(stamp: Stamp | None) -> bool:
+    """Is a stamped root still what build() would make (same package list)? A root built
+    before a package was added (slurm-wlm-jwt-plugin) lacks it: it is rebuilt, not reused."""
+    return stamp is not None and stamp.packages == PACKAGES
+
+
 def build(
     version: str,
     cache: Path = DEFAULT_CACHE,
     mirror: str = DEFAULT_MIRROR,
     timeout: float = 3600.0,
+    say: Callable[[str], None] = _say,
 ) -> SlurmRoot:
-    """The root for `version`, built once. A second call finds the stamp and returns at once.
+    """The root for `version`, built once. A second call finds the stamp and returns at once;
+    a stamp whose packages differ from PACKAGES is rebuilt (one line through `say`).
 
     Atomic: built in `<version>.partial` (removed first if an interrupted build left one),
-    stamped, then renamed to `<version>`; a lock file serialises concurrent builders."""
+    stamped, then renamed to `<version>`; a lock file serialises concurrent builders. A stale
+    root is renamed to `<version>.old` first (kept until the next rebuild: running clusters
+    still have it bound), so `<version>` is never half-built."""
     suite = suite_for(version)
     final = root_path(version, cache)
     stamp = read_stamp(final)
-    if stamp is not None:
+    if current(stamp):
+        assert stamp is not None
         return SlurmRoot(final, stamp, built_now=False)
     cache.mkdir(parents=True, exist_ok=True)
     with open(cache / f"{version}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # another builder finishes first; then we reuse it
         stamp = read_stamp(final)
-        if stamp is not None:
+        if current(stamp):
+            assert stamp is not None
             return SlurmRoot(final, stamp, built_now=False)
-        if final.exists():
+        if stamp is None and final.exists():
             raise SlurmRootError(f"{final} exists without {STAMP}: not ours, remove it by hand")
+        if stamp is not None:
+            missing = sorted(set(PACKAGES) - set(stamp.packages))
+            extra = sorted(set(stamp.packages) - set(PACKAGES))
+            diff = ", ".join([*(f"+{p}" for p in missing), *(f"-{p}" for p in extra)])
+            say(f"{final} was built with other packages ({diff or 'order'}): rebuilding it")
         if shutil.which("mmdebstrap") is None:
             raise SlurmRootError("mmdebstrap is not installed (apt-get install mmdebstrap)")
         expired = release_expired(check_mirror(mirror, suite))
@@ -397,7 +429,7 @@ def build(
         _run(mmdebstrap_argv(suite, partial, mirror, PACKAGES, expired), timeout, log=log)
         if not usr_merged(partial):
             raise SlurmRootError(f"{partial} is not usr-merged: binding /usr alone would not do")
-        for rel in (*BIND_ETC, "usr/sbin/slurmctld", "usr/sbin/slurmd", "usr/sbin/slurmstepd"):
+        for rel in (*BIND_ETC, *REQUIRED_FILES):
             if not (partial / rel).exists():
                 raise SlurmRootError(f"{partial / rel} missing after mmdebstrap")
         stamp = Stamp(
@@ -416,6 +448,11 @@ def build(
         tmp = partial / f"{STAMP}.tmp"
         tmp.write_text(json.dumps(stamp.to_json(), indent=2) + "\n")
         os.replace(tmp, partial / STAMP)
+        if final.exists():  # the stale root: aside, whole, before the new one takes its name
+            old = cache / f"{version}.old"
+            if old.exists():
+                shutil.rmtree(old)  # the one before: no cluster started since uses it
+            os.rename(final, old)
         os.rename(partial, final)  # atomic: `final` appears complete or not at all
         return SlurmRoot(final, stamp, built_now=True)
 
@@ -430,6 +467,11 @@ def find(version: str, cache: Path = DEFAULT_CACHE) -> SlurmRoot:
             f"no Slurm {version} root in {cache}: build it once with "
             f"`make slurm-root SLURM={version}` (python -m deploy.slurmroot build --version "
             f"{version})"
+        )
+    if not current(stamp):
+        raise SlurmRootError(
+            f"the Slurm {version} root in {cache} was built with other packages (before "
+            f"slurm-wlm-jwt-plugin?): rebuild it with `make slurm-root SLURM={version}`"
         )
     return SlurmRoot(final, stamp, built_now=False)
 

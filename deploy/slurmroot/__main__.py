@@ -1,6 +1,7 @@
-"""CLI: python -m deploy.slurmroot {build,exec,show} --version V [--cache DIR].
+"""CLI: python -m deploy.slurmroot {build,exec,show,pyslurm} --version V [--cache DIR].
 
     python -m deploy.slurmroot build --version 24.11        # once; a no-op when stamped
+    python -m deploy.slurmroot pyslurm --version 24.11 --vendor ../shared/vendor
     python -m deploy.slurmroot exec --version 24.11 -- scontrol -V
     python -m deploy.slurmroot show --version 24.11 [--json]
 
@@ -26,6 +27,7 @@ from deploy.slurmroot import (
     exec_argv,
     find,
 )
+from deploy.slurmroot.pyslurm import DEFAULT_PYSLURM_CACHE, build_pyslurm
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -40,6 +42,17 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD [ARG...]")
     s = sub.add_parser("show", parents=[common], help="path and stamp of a built root")
     s.add_argument("--json", action="store_true")
+    p = sub.add_parser(
+        "pyslurm", parents=[common], help="build pyslurm for the root (deploy/slurmroot/pyslurm.py)"
+    )
+    p.add_argument("--vendor", type=Path, required=True, help="holds pyslurm's tarball")
+    p.add_argument("--pyslurm-cache", type=Path, default=DEFAULT_PYSLURM_CACHE)
+    p.add_argument(
+        "--python",
+        type=Path,
+        default=Path(sys.executable),
+        help="the venv interpreter that will import it (gets the .pth; default: this one)",
+    )
     return parser
 
 
@@ -55,6 +68,16 @@ def main(args: Sequence[str] | None = None) -> int:
                 f"{what} {root.path}: slurm {st.slurm}, glibc {st.glibc}, suite {st.suite}, "
                 f"{st.size_bytes / 2**20:.0f} MiB, build {st.build_seconds:.0f} s "
                 f"(this call {time.monotonic() - t0:.1f} s)"
+            )
+        elif ns.command == "pyslurm":
+            t0 = time.monotonic()
+            built = build_pyslurm(ns.version, ns.vendor, ns.python, ns.pyslurm_cache, ns.cache)
+            ps = built.stamp
+            what = "built" if built.built_now else "cached"
+            print(
+                f"pyslurm {ps.pyslurm} {what} in {built.site} for Slurm {ps.slurm} "
+                f"(build {ps.build_seconds:.0f} s, this call {time.monotonic() - t0:.1f} s); "
+                f"used only inside the {ns.version} root, via {built.pth}"
             )
         elif ns.command == "exec":
             cmd = ns.cmd[1:] if ns.cmd[:1] == ["--"] else ns.cmd

@@ -205,7 +205,9 @@ class Smoke:
         )
         samples = {
             "squeue.json": ["squeue", "--json"],
-            "sinfo.json": ["sinfo", "--json"],
+            # -N as screener's CLI backend runs it (cli_backend.sinfo_argv: 23.02+ group nodes
+            # alike but for their reason without it; one node here, so the shape is the same)
+            "sinfo.json": ["sinfo", "--json", "-N"],
             "scontrol_show_node.txt": ["scontrol", "show", "node", NODE],
             "scontrol_show_job.txt": ["scontrol", "show", "job", "-d", running],
             "scontrol_version.txt": ["scontrol", "-V"],
@@ -220,7 +222,7 @@ class Smoke:
                 "reason=screener: rd 0.05x peers r42",
             ]
         )
-        texts["sinfo_drained.json"] = self.client(["sinfo", "--json"])
+        texts["sinfo_drained.json"] = self.client(["sinfo", "--json", "-N"])
         texts["scontrol_show_node_drained.txt"] = self.client(["scontrol", "show", "node", NODE])
         self.client(["scancel", running])
         self.client(["scontrol", "update", f"nodename={NODE}", "state=resume"])

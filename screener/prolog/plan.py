@@ -245,8 +245,10 @@ def after_screen(
     if screen.stage == "triage":
         held = list(screen.held)
         also = [*held, *(n for n in failed_beside if n not in held)]
-        doubt, refs = triage.escalation(summary, policy, also, reprobed)
-        said = triage.ambiguity(summary, policy, reprobed)
+        said = triage.ambiguity(summary, policy, reprobed)  # once: the nodes and their why
+        doubt, refs = triage.with_references(
+            summary, policy, [*said, *(n for n in also if n not in said)]
+        )
         said.update({n: "held back from the triage" for n in held if n not in said})
     else:
         doubt, refs = triage.with_references(summary, policy, failed_beside)

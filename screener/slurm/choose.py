@@ -12,9 +12,27 @@ from screener.slurm.cli_backend import CliSlurm
 from screener.slurm.client import SlurmClient, SlurmJob, SlurmNode
 from screener.slurm.pyslurm_backend import PyslurmClient
 from screener.slurm.pyslurm_probe import judge, probe_pyslurm
+from screener.slurm.rest_backend import RestSlurm
 
 
 def select_client(policy: SlurmPolicy) -> tuple[SlurmClient, str]:
+    """(client, why). ``rest``: slurmrestd at slurm.rest_url, unasked. ``auto``: slurmrestd
+    when rest_url is set and its ping answers (a controller UP); else as _select_local."""
+    if policy.backend == "rest":
+        client = RestSlurm.from_policy(policy)
+        return client, f"rest: configured (slurm.backend = rest, {policy.rest_url})"
+    if policy.backend != "auto" or not policy.rest_url:
+        return _select_local(policy)
+    try:
+        client = RestSlurm.from_policy(policy)
+        answer = client.ping()
+    except SlurmError as exc:
+        local, why = _select_local(policy)
+        return local, f"{why} (rest: {policy.rest_url} did not answer: {exc})"
+    return client, f"rest: {policy.rest_url} answers ({answer})"
+
+
+def _select_local(policy: SlurmPolicy) -> tuple[SlurmClient, str]:
     """(client, why). ``auto``: pyslurm only when it imports in a child process, matches the
     Slurm it was built for and that pair is contract-tested; else the CLI."""
     if policy.backend == "cli":

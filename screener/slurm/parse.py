@@ -128,9 +128,9 @@ def _partitions(value: Any, what: str) -> tuple[str, ...]:
     return tuple(p for p in (_text(v) for v in _items(value, what)) if p)
 
 
-def parse_sinfo(text: str) -> list[SlurmNode]:
-    """Nodes from ``sinfo --json`` (any shape above), unique by name, sorted."""
-    what = "sinfo --json"
+def parse_sinfo(text: str, what: str = "sinfo --json") -> list[SlurmNode]:
+    """Nodes from ``sinfo --json`` (any shape above; slurmrestd's /nodes is the first),
+    unique by name, sorted. ``what`` names the source in errors."""
     data = _load(text, what)
     found: dict[str, SlurmNode] = {}
     if isinstance(data.get("nodes"), list):
@@ -168,9 +168,9 @@ def parse_sinfo(text: str) -> list[SlurmNode]:
     return [found[n] for n in sorted(found)]
 
 
-def parse_squeue_keyed(text: str) -> list[tuple[JobKey, SlurmJob]]:
-    """Jobs from ``squeue --json``, each with its array/het key (screener.slurm.job_id)."""
-    what = "squeue --json"
+def parse_squeue_keyed(text: str, what: str = "squeue --json") -> list[tuple[JobKey, SlurmJob]]:
+    """Jobs from ``squeue --json`` (or slurmrestd's /job/{id}: the same records), each with
+    its array/het key (screener.slurm.job_id). ``what`` names the source in errors."""
     data = _load(text, what)
     jobs = data.get("jobs")
     if not isinstance(jobs, list):

@@ -1,6 +1,10 @@
-"""The pyslurm backend: the SlurmClient Protocol over pyslurm 22.5's Node/Job API.
+"""The pyslurm backend: the SlurmClient Protocol over pyslurm's Node/Job API.
 
-Verified against a real slurmctld 22.05 by tests/test_slurm_contract.py (the same contract
+One module for pyslurm 22.5 (Slurm 22.05) and 24.11 (Slurm 24.11): every call and field it
+uses is the same in both (Nodes.load, Jobs.load, Node.modify, Job.modify with a
+JobSubmitDescription; 24.11 only folds a partly allocated node into MIXED, as sinfo does).
+25.05 removed the old pyslurm.node and 25.11 the old free functions, neither used here.
+Verified against a real slurmctld of each by tests/test_slurm_contract.py (the same contract
 suite the CLI backend passes). pyslurm's RPCs run in C holding the GIL, so nothing in this
 process can cut one short: a controller that does not answer is a SlurmError after
 libslurm's own retries (about MessageTimeout, slurm.conf), where the CLI backend kills its

@@ -25,8 +25,9 @@ DEFAULT_CONF = "/etc/slurm/slurm.conf"
 CONFIGLESS_CACHE = "/run/slurm/conf/slurm.conf"  # slurmd's cache in configless mode (22.05+)
 # pyslurm releases (major, minor) that tests/test_slurm_contract.py has passed against the
 # matching Slurm on a real slurmctld. `auto` uses no other: add one only after that suite
-# passes for it.
-VERIFIED = frozenset({(22, 5)})
+# passes for it. 22.5: the host's 22.05; 24.11: inside the 24.11 root (SCREENER_TEST_SLURM=
+# 24.11, the build of deploy/slurmroot/pyslurm.py). PySlurm has no release for 26.05.
+VERIFIED = frozenset({(22, 5), (24, 11)})
 _CHILD = (
     "import json, pyslurm; "
     "print(json.dumps({'version': pyslurm.__version__, 'api': pyslurm.slurm_api_version()}))"
