@@ -9,6 +9,7 @@ while still slow and slow again is one node, not two: it is drained again.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -181,9 +182,13 @@ def test_shared_cause_drains_the_outlier_and_records_the_absolved(site: dict[str
     assert "DRAIN" in sinfo_nodes(cluster)[outlier]["state_flags"]
     assert all("DRAIN" not in sinfo_nodes(cluster)[n]["state_flags"] for n in shared)
     assert _actions(site, outlier) == ["drain", "drain_pending"]
-    # first attempt: all 4 slow, the outlier drained; requeued: 3 of 4 slow, nobody drained
-    absolved = "nodes slow together: shared cause: node[02-04] not blamed, not drained"
-    assert f"4/4 {absolved}" in log and f"3/4 {absolved}" in log, log
+    # first attempt: all 4 read slower than they write, the outlier drained; requeued: 3 of
+    # 4, nobody drained. Writes run at the pace everywhere: the reads are slow together,
+    # which the write/read ratios of the round show (issue 44: judged against each other)
+    crowd = r"nodes read over 5x slower than they write \(the round's median write/read [\d.]+x\)"
+    why = f"{crowd}: shared cause, not blamed on any one node"
+    for k in (4, 3):
+        assert re.search(rf"{k}/4 {why}: node\[02-04\] not blamed, not drained", log), log
     with open_store(site["db"]) as store:
         ours = [
             r for r in store.latest_runs(10) if r.job_id == job_id and r.trigger.value == "prolog"
@@ -191,7 +196,9 @@ def test_shared_cause_drains_the_outlier_and_records_the_absolved(site: dict[str
         runs = sorted(ours, key=lambda r: r.id)
         assert [r.shared_cause for r in runs] == [True, True], runs
         guards = [views.run_detail(store, r.id).guard_reason for r in runs]
-        assert guards == [f"{k}/4 nodes slow together: shared cause" for k in (4, 3)], guards
+        assert len(guards) == 2, guards
+        for k, guard in zip((4, 3), guards, strict=True):
+            assert re.fullmatch(f"{k}/4 {why}", guard or ""), guards
         for n in shared:  # one guard_trip per run: the shared-cause alert
             trips = [e for e in store.node_events(n) if e.action == "guard_trip"]
             assert sorted(e.run_id for e in trips) == [r.id for r in runs], (n, trips)

@@ -52,19 +52,22 @@ def confirm_jobs(summary: RunSummary, again: Sequence[str], jobs: Sequence[str])
     """The fio jobs of a confirmation round: per suspect in ``again`` the fewest of the
     recipe's ``jobs`` that can confirm one of its findings, their union in recipe order.
     A node reading at 1/20 fires nearly every read rule; its slow sequential read alone
-    confirms it, so the round skips the write and the random read (issue 22). The
-    sequential read is always run: a probe without it is not usable."""
+    confirms it, so the round skips the write and the random read (issue 22). A close call
+    is no slow finding: beside one, the others' jobs still run (a 25x random-read fault
+    whose seq read was a 0.6x close call was re-probed on the seq read alone and came out
+    ``borderline``: issue 44). The sequential read is always run: a probe without it is
+    not usable."""
     signals = {v.node: set(v.signals) for v in summary.verdicts}
     need = {"seq_read"}
     for node in again:
         tags = signals.get(node, set())
-        if tags & SEQ_READ_TAGS:
-            continue
+        if tags & SEQ_READ_TAGS - {"close_call"}:
+            continue  # a slow seq read: the seq read alone confirms the node
         if tags & RAND_READ_TAGS and "rand_read" in jobs:
             need.add("rand_read")
         elif tags & WRITE_TAGS and "seq_write" in jobs:
             need.add("seq_write")
-        else:
+        elif "close_call" not in tags:
             return tuple(jobs)
     return tuple(j for j in jobs if j in need)
 

@@ -38,8 +38,12 @@ from screener.verdict.rules import (
     history_level,
     history_ratios,
     history_reason,
+    own_place,
     peer_reason,
     peer_stats,
+    ratio_crowd,
+    ratio_peers,
+    ratio_reason,
     read_stall,
     tail_signals,
     tail_stats,
@@ -62,6 +66,8 @@ class _Peers:
     rand: PeerStats | None
     tails: Mapping[str, TailStats]
     borrowed: int  # fleet figures used as extra peers (small allocations only)
+    ratio: PeerStats | None = None  # of read/write, when the ratio is judged relatively
+    ratio_relative: bool = False  # a crowd over the ratio, or within a shared cause
 
 
 def _read_signals(
@@ -76,16 +82,16 @@ def _read_signals(
     tags: list[str] = []
     why: list[str] = []
     bw = p.seq_read.bw_bytes
-    if text := peer_reason(peers.read, bw, "seq read", fmt_mb, policy):
+    own = own_place(bw, history, level)
+    if text := peer_reason(peers.read, bw, "seq read", fmt_mb, policy, own=own):
         tags.append("peer_read")
         why.append(text)
     if policy.min_read_mb_s and bw / 1e6 < policy.min_read_mb_s:
         tags.append("abs_read")
         why.append(f"seq read {fmt_mb(bw)} < floor {policy.min_read_mb_s:g} MB/s")
-    ratio = p.write_read_ratio
-    if ratio is not None and ratio > policy.max_write_read_ratio:
+    if text := ratio_reason(p.write_read_ratio, peers.ratio, peers.ratio_relative, policy):
         tags.append("ratio")
-        why.append(f"write/read {ratio:.1f}x > {policy.max_write_read_ratio:g}x")
+        why.append(text)
     for name, label in (("seq_read", "seq read"), ("rand_read", "4k rand read")):
         job = getattr(p, name)
         if job is not None:
@@ -98,7 +104,8 @@ def _read_signals(
         why.append(f"iostat r_await {r_await:.0f} ms > {policy.max_r_await_ms:g} ms")
     if p.rand_read is not None:
         iops = p.rand_read.iops
-        if text := peer_reason(peers.rand, iops, "4k rand read", fmt_iops, policy):
+        drop = policy.rand_peer_drop
+        if text := peer_reason(peers.rand, iops, "4k rand read", fmt_iops, policy, drop):
             tags.append("peer_rand")
             why.append(text)
         if policy.min_rand_read_iops and iops < policy.min_rand_read_iops:
@@ -202,9 +209,14 @@ def _failure(p: NodeProbe, policy: VerdictPolicy) -> Verdict:
 
 
 def _peers(
-    usable: Sequence[NodeProbe], fleet: Sequence[FleetFigure], policy: VerdictPolicy
+    usable: Sequence[NodeProbe],
+    fleet: Sequence[FleetFigure],
+    policy: VerdictPolicy,
+    within_shared: bool = False,
 ) -> _Peers:
-    """Peer statistics of the round; too few nodes borrow the fleet's recent figures."""
+    """Peer statistics of the round; too few nodes borrow the fleet's recent figures. The
+    write/read ratio is judged against the round's ratios when most of the round is over
+    it or ``within_shared`` (rules.ratio_reason)."""
     reads = [p.seq_read.bw_bytes for p in usable if p.seq_read]
     writes = [p.seq_write.bw_bytes for p in usable if p.seq_write]
     rands = [p.rand_read.iops for p in usable if p.rand_read]
@@ -219,12 +231,16 @@ def _peers(
         name: tail_stats([j for p in usable if (j := getattr(p, name)) is not None], policy)
         for name in ("seq_read", "rand_read")
     }
+    ratios = [r for p in usable if (r := p.write_read_ratio) is not None]
+    relative = within_shared or ratio_crowd(ratios, policy)
     return _Peers(
         read=peer_stats(reads, policy),
         write=peer_stats(writes, policy),
         rand=peer_stats(rands, policy) if rands else None,
         tails=tails,
         borrowed=len(borrowed),
+        ratio=ratio_peers(ratios, policy) if relative else None,
+        ratio_relative=relative,
     )
 
 
@@ -233,14 +249,17 @@ def evaluate(
     history: Mapping[str, Sequence[float]],
     policy: VerdictPolicy,
     fleet: Sequence[FleetFigure] = (),
+    within_shared: bool = False,
 ) -> RunSummary:
     """Judge one probe round: a Verdict per node, plus the shared-cause flag.
 
     Errors of any kind give UNKNOWN. ``fleet`` holds recent figures of other nodes (same
     recipe), used as extra peers only when fewer than ``min_peers`` nodes are usable.
+    ``within_shared``: an earlier round of this screen found a shared cause (judge_round2),
+    so the write/read ratio counts only against this round's ratios.
     """
     usable = [p for p in probes if p.usable]
-    peers = _peers(usable, fleet, policy)
+    peers = _peers(usable, fleet, policy, within_shared)
     drift = fact_drift({p.node: p.facts for p in usable})
     reads = {p.node: p.seq_read.bw_bytes for p in usable if p.seq_read}
     ratios = history_ratios(reads, history)
@@ -257,6 +276,10 @@ def evaluate(
         shared_reason = _small_allocation(verdicts, len(usable), peers, policy)
     else:
         shared_reason = _shared_cause(verdicts, len(usable), peers, policy)
+    w_r = {p.node: r for p in usable if (r := p.write_read_ratio) is not None}
+    if ratio_crowd(list(w_r.values()), policy):
+        crowd = _shared_ratio(verdicts, w_r, policy)
+        shared_reason = "; ".join(r for r in (shared_reason, crowd) if r)
     if level is not None and level < SHARED_HISTORY_LEVEL:
         below = _shared_history(verdicts, ratios, policy, level)
         shared_reason = "; ".join(r for r in (shared_reason, below) if r)
@@ -286,9 +309,15 @@ def judge_round2(
     judged beside the others' round-1 figures, and confirm() says so in the reason.
     Here, not in verdict.confirm: it is ``evaluate`` applied to round 2, and confirm.py sits
     below this module (judge.py imports it).
+
+    A shared cause in round 1 holds for round 2 (``within_shared``): a write/read ratio
+    counts only against round 2's ratios. Round 2's few nodes, writing faster than eight
+    did, put the references at 4.8x and a suspect at 7.3x, and the ratio alone drained a
+    healthy node within a 6x read slowdown (issue 44).
     """
+    shared = evaluate(first, history, policy, fleet).shared_cause
     if refs:
-        whole = evaluate(second, history, policy, fleet)
+        whole = evaluate(second, history, policy, fleet, shared)
         ref_probes = [p for p in second if p.node in refs]
         alone = [p for p in second if p.node not in refs]
         if len(alone) < 2 or whole.shared_cause:
@@ -296,14 +325,14 @@ def judge_round2(
         own = {
             p.node: next(
                 v
-                for v in evaluate([p, *ref_probes], history, policy, fleet).verdicts
+                for v in evaluate([p, *ref_probes], history, policy, fleet, shared).verdicts
                 if v.node == p.node
             )
             for p in alone
         }
         return replace(whole, verdicts=tuple(own.get(v.node, v) for v in whole.verdicts))
     again = {p.node: p for p in second}
-    return evaluate([again.get(p.node, p) for p in first], history, policy, fleet)
+    return evaluate([again.get(p.node, p) for p in first], history, policy, fleet, shared)
 
 
 def _shared_cause(
@@ -371,6 +400,36 @@ def _shared_history(
     return (
         f"{len(below)}/{len(ratios)} nodes read below {policy.history_drop:g}x their own "
         f"history (the round's median {level:.2f}x): shared cause, not blamed on any one node"
+    )
+
+
+def _shared_ratio(
+    verdicts: dict[str, Verdict], ratios: Mapping[str, float], policy: VerdictPolicy
+) -> str:
+    """Most of the round reads over ``max_write_read_ratio`` slower than it writes
+    (rules.ratio_crowd): the reads are slow everywhere, a shared cause (a site-wide
+    read-ahead or firmware setting, seeds 001 and 003). The ratio rule judged each node
+    against the round's ratios; the nodes over the cut that no rule blamed become UNKNOWN
+    with signal ``shared_cause`` (a guard_trip each; baselines, so history learns the new
+    level), as in _shared_cause. Returns the run's reason."""
+    cut = policy.max_write_read_ratio
+    over = [node for node, ratio in ratios.items() if ratio > cut]
+    typical = statistics.median(ratios.values())
+    for node in over:
+        v = verdicts[node]
+        if v.status != Status.OK or not v.baseline:  # blamed, or a shadow rule's say
+            continue
+        verdicts[node] = replace(
+            v,
+            status=Status.UNKNOWN,
+            reason=f"write/read {ratios[node]:.1f}x > {cut:g}x as the round's nodes (median "
+            f"{typical:.1f}x): shared cause, not blamed",
+            baseline=True,
+            signals=(*v.signals, SHARED_CAUSE_TAG),
+        )
+    return (
+        f"{len(over)}/{len(ratios)} nodes read over {cut:g}x slower than they write (the "
+        f"round's median write/read {typical:.1f}x): shared cause, not blamed on any one node"
     )
 
 

@@ -62,6 +62,31 @@ def close_call(
 
 
 @dataclass(frozen=True)
+class Bulk:
+    """The healthy bulk of one figure: the values at or above ``min_peer_drop`` x the median,
+    the nodes the peer rule's gap says cannot be slow. Present only when some value sits
+    below the gap: those values inflate the MAD of everyone (issue 44: two 4x readers among
+    healthy nodes spread 1,414-2,385 MB/s kept z at -3.0 while reading 0.26x)."""
+
+    log_median: float
+    log_mad: float  # floored as PeerStats.log_mad
+    log_low: float  # log of its lowest value
+    count: int
+
+    def z(self, value: float) -> float:
+        """Robust z-score of ``value`` against the bulk alone (log space)."""
+        return _MAD_TO_SIGMA * (_log(value) - self.log_median) / self.log_mad
+
+    def below_range(self, value: float) -> bool:
+        """Is ``value`` below the bulk's lowest node by more than the bulk spans from its
+        median down to that node? A flat healthy spread (seven nodes evenly over 2x) has a
+        MAD near a quarter of its width, so a 3x reader at 0.42x scores only z=-2.6
+        against it, yet sits 0.59x below the slowest healthy node."""
+        span = max(self.log_median - self.log_low, self.log_mad)
+        return self.log_low - _log(value) > span
+
+
+@dataclass(frozen=True)
 class PeerStats:
     """Robust centre and spread of one figure across the usable nodes of a run.
 
@@ -74,18 +99,29 @@ class PeerStats:
     log_median: float
     log_mad: float  # floored, see peer_stats
     count: int
+    bulk: Bulk | None = None  # the values at or above the gap, when some sit below it
 
     def z(self, value: float) -> float:
         """Robust z-score of ``value`` in log space; negative means below the peers."""
         return _MAD_TO_SIGMA * (_log(value) - self.log_median) / self.log_mad
 
 
+MIN_BULK = 3  # a healthy bulk of fewer values gives no spread worth the name
+
+
 def _log(value: float) -> float:
     return math.log(max(value, 1e-3))  # a node that moved no bytes is just very slow
 
 
+def _centre(logs: Sequence[float], floor: float) -> tuple[float, float]:
+    """Median and MAD (floored) of ``logs``."""
+    med = statistics.median(logs)
+    return med, max(statistics.median([abs(x - med) for x in logs]), floor)
+
+
 def peer_stats(values: Sequence[float], policy: VerdictPolicy) -> PeerStats | None:
-    """Median and MAD of log(values), or None when too few peers or a zero median.
+    """Median and MAD of log(values), or None when too few peers or a zero median; with the
+    healthy bulk (``Bulk``) when at least one value is below ``min_peer_drop`` x median.
 
     The MAD is floored at log(1 + ``mad_floor_fraction``): on a quiet, uniform fleet the
     raw MAD is tiny and would turn a 3% wobble into a huge z.
@@ -95,11 +131,13 @@ def peer_stats(values: Sequence[float], policy: VerdictPolicy) -> PeerStats | No
     med = statistics.median(values)
     if med <= 0:
         return None
-    logs = [_log(v) for v in values]
-    log_med = statistics.median(logs)
-    mad = statistics.median([abs(x - log_med) for x in logs])
     floor = math.log1p(policy.mad_floor_fraction)
-    return PeerStats(med, log_med, max(mad, floor), len(values))
+    log_med, mad = _centre([_log(v) for v in values], floor)
+    kept = [_log(v) for v in values if v >= policy.min_peer_drop * med]
+    bulk = None
+    if MIN_BULK <= len(kept) < len(values):
+        bulk = Bulk(*_centre(kept, floor), min(kept), len(kept))
+    return PeerStats(med, log_med, mad, len(values), bulk)
 
 
 def fact_problems(facts: NodeFacts | None) -> list[str]:
@@ -145,12 +183,41 @@ def fact_drift(facts: Mapping[str, NodeFacts | None]) -> dict[str, list[str]]:
     return drift
 
 
-def peer_slow(stats: PeerStats, value: float, policy: VerdictPolicy) -> bool:
-    """Peer rule: a robust z beyond the threshold AND a real gap (below min_peer_drop x median).
+def peer_outlier(
+    stats: PeerStats,
+    value: float,
+    policy: VerdictPolicy,
+    drop: float | None = None,
+    own: float | None = None,
+) -> str | None:
+    """Peer rule: a real gap (below ``drop``, default ``min_peer_drop``, x median) AND out of
+    the noise. Returns None, or what put it out of the noise ("" = the plain robust z).
 
-    The second condition keeps a tight, quiet fleet from flagging a node 20% off.
-    """
-    return stats.z(value) < -policy.z_threshold and value < policy.min_peer_drop * stats.median
+    Out of the noise is any of: z beyond the threshold against every node; against the
+    healthy bulk (``Bulk.z``); below the bulk's range by more than its width
+    (``Bulk.below_range``); or, given ``own`` (its read / its own usual, over the round's
+    such ratio: ``own_place``), below ``min_peer_drop`` of its own usual place too. The gap
+    keeps a tight, quiet fleet from flagging a node 20% off; the others keep a wide,
+    mixed fleet from hiding a 3-4x reader (issue 44)."""
+    gap = policy.min_peer_drop if drop is None else drop
+    if value >= gap * stats.median:
+        return None
+    if stats.z(value) < -policy.z_threshold:
+        return ""
+    bulk = stats.bulk
+    beside = f"the {bulk.count} nodes >= {policy.min_peer_drop:g}x" if bulk else ""
+    if bulk is not None and (z := bulk.z(value)) < -policy.z_threshold:
+        return f"; z={z:.1f} beside {beside}"
+    if bulk is not None and bulk.below_range(value):
+        return f"; below the range of {beside} by more than its width"
+    if own is not None and own < policy.min_peer_drop:
+        return f"; {fmt_ratio(own)}x its own usual place"
+    return None
+
+
+def peer_slow(stats: PeerStats, value: float, policy: VerdictPolicy) -> bool:
+    """Does the peer rule (``peer_outlier``) fire for ``value`` on the bulk alone?"""
+    return peer_outlier(stats, value, policy) is not None
 
 
 def peer_reason(
@@ -159,13 +226,64 @@ def peer_reason(
     label: str,
     fmt: Callable[[float], str],
     policy: VerdictPolicy,
+    drop: float | None = None,
+    own: float | None = None,
 ) -> str | None:
-    """The reason text when the peer rule fires for ``value``, else None."""
-    if stats is None or not peer_slow(stats, value, policy):
+    """The reason text when the peer rule (``peer_outlier``) fires for ``value``, else None."""
+    if stats is None or (why := peer_outlier(stats, value, policy, drop, own)) is None:
         return None
     return (
         f"{label} {fmt(value)} = {fmt_ratio(value / stats.median)}x peer median "
-        f"{fmt(stats.median)} (z={stats.z(value):.1f})"
+        f"{fmt(stats.median)} (z={stats.z(value):.1f}{why})"
+    )
+
+
+def own_place(bw: float, history: Sequence[float], level: float | None) -> float | None:
+    """Seq read / its own history median, over the round's typical such ratio (``level``,
+    1 when unknown): where the node reads against its usual place among the round. None
+    without ``MIN_HISTORY`` past baselines."""
+    if len(history) < MIN_HISTORY or (own := statistics.median(history)) <= 0:
+        return None
+    return bw / own / (level if level is not None and level > 0 else 1.0)
+
+
+def ratio_crowd(ratios: Sequence[float], policy: VerdictPolicy) -> bool:
+    """Most of the round (> ``shared_cause_fraction``, >= 2, of >= ``min_peers`` nodes with
+    a write) reads over ``max_write_read_ratio`` slower than it writes: reads slow
+    everywhere, so every node's ratio is high and the ratio alone picks nodes at random
+    (issue 44: a 6x read slowdown with fast writes, 288-299 MB/s, all at 7x)."""
+    over = sum(1 for r in ratios if r > policy.max_write_read_ratio)
+    return (
+        len(ratios) >= policy.min_peers
+        and over >= 2
+        and over > policy.shared_cause_fraction * len(ratios)
+    )
+
+
+def ratio_peers(ratios: Sequence[float], policy: VerdictPolicy) -> PeerStats | None:
+    """Peer statistics of read/write (the inverse ratio), to judge a ratio against the
+    round's: low read/write is a high write/read."""
+    return peer_stats([1 / r if r > 0 else 1e3 for r in ratios], policy)
+
+
+def ratio_reason(
+    ratio: float | None, peers: PeerStats | None, relative: bool, policy: VerdictPolicy
+) -> str | None:
+    """``ratio``: write/read above ``max_write_read_ratio``; when ``relative`` (a crowd over
+    it, or within a shared cause) also an outlier among the round's ratios by the peer
+    rule on read/write (below half the round's, out of the noise), never alone."""
+    if ratio is None or ratio <= policy.max_write_read_ratio:
+        return None
+    text = f"write/read {ratio:.1f}x > {policy.max_write_read_ratio:g}x"
+    if not relative:
+        return text
+    inverse = 1 / ratio if ratio > 0 else 1e3
+    if peers is None or (why := peer_outlier(peers, inverse, policy)) is None:
+        return None
+    typical = 1 / peers.median
+    return (
+        f"{text} and {ratio / typical:.1f}x the round's median {typical:.1f}x "
+        f"(z={peers.z(inverse):.1f}{why})"
     )
 
 

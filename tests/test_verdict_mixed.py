@@ -1,0 +1,302 @@
+"""Verdicts on a mixed fleet (issue 44): healthy nodes that spread up to ~2x in one round,
+a read slowdown shared with fast writes, short noisy random-read windows. Each case is
+built from the issue's figures on the captured fio output (tests/test_verdict_hold) and
+screened as the pipeline does (round 1, the re-probe of the jobs confirm_jobs picks
+beside references, round 2, the merge)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+
+import pytest
+
+from screener.policy import VerdictPolicy
+from screener.probe.fio import JOBS
+from screener.probe_data import NodeProbe, RunSummary, Status, Verdict
+from screener.verdict.confirm import confirm_jobs, decided, decisive
+from screener.verdict.judge import confirm, evaluate, judge_round2, references, suspects
+from screener.verdict.rules import borderline_level, peer_stats
+from tests.test_verdict_hold import MB, POLICY, node
+
+IOPS = 4096 / MB  # node(rand=...) takes MB/s of 4 KiB reads
+
+
+def screen(
+    first: Sequence[NodeProbe],
+    again: Mapping[str, NodeProbe] | None = None,
+    history: Mapping[str, Sequence[float]] | None = None,
+    policy: VerdictPolicy = POLICY,
+    jobs: tuple[str, ...] = JOBS,
+) -> RunSummary:
+    """What pipeline.screen does with the verdict functions: round 1; suspects not decided
+    re-probed (``again``'s figures, else round 1's) with the jobs confirm_jobs picks, beside
+    references; round 2 judged and merged."""
+    hist = history or {}
+    summary = evaluate(first, hist, policy)
+    redo = suspects(summary)
+    if sure := decisive(summary, len(first), policy):
+        summary = decided(summary, sure)
+        redo = [n for n in redo if n not in sure]
+    if not redo:
+        return summary
+    refs = references(summary, policy.confirm_references)
+    ran = confirm_jobs(summary, redo, jobs)
+    round1 = {p.node: p for p in first}
+    second = [_only((again or {}).get(n, round1[n]), ran) for n in [*redo, *refs]]
+    judged = judge_round2(first, second, refs, hist, [], policy)
+    return confirm(summary, judged, refs, borderline_level(policy))
+
+
+def _only(p: NodeProbe, jobs: tuple[str, ...]) -> NodeProbe:
+    """``p`` with only ``jobs`` run (a re-probe of fewer jobs)."""
+    return replace(
+        p,
+        seq_write=p.seq_write if "seq_write" in jobs else None,
+        rand_read=p.rand_read if "rand_read" in jobs else None,
+    )
+
+
+def verdicts(summary: RunSummary) -> dict[str, Verdict]:
+    return {v.node: v for v in summary.verdicts}
+
+
+def fleet(reads: Sequence[float], write: float = 1600, rand: float = 380) -> list[NodeProbe]:
+    return [node(f"fleet{i:02d}", read=r, write=write, rand=rand) for i, r in enumerate(reads, 1)]
+
+
+def slow_ones(summary: RunSummary) -> list[str]:
+    return [v.node for v in summary.verdicts if v.status in (Status.SLOW_READ, Status.SLOW_WRITE)]
+
+
+# ---- 1. far outside a wide healthy range ------------------------------------------------
+
+# Healthy nodes read 1,414-2,385 MB/s in one round (issue 44): two groups, as unpaced
+# devices on a loaded host gave. Two 4x readers at 434 and 442 MB/s (0.26x the median).
+PAIR = [1414, 1420, 434, 1940, 2200, 442, 2300, 2385]
+
+
+def test_two_4x_readers_in_a_wide_healthy_spread_are_slow() -> None:
+    """Before: `OK within peers and thresholds` (z=-3.0: the spread and the pair itself
+    inflated the MAD). Against the six nodes at or above 0.5x the median: z=-8.4."""
+    probes = fleet(PAIR)
+    first = verdicts(evaluate(probes, {}, POLICY))
+    st = peer_stats([p.seq_read.bw_bytes for p in probes if p.seq_read], POLICY)
+    assert st is not None and -3.5 < st.z(434 * MB) < -2.9  # all nodes: within the noise
+    v = first["fleet03"]
+    assert v.status == Status.SLOW_READ and v.signals == ("peer_read",), v.reason
+    assert v.reason.startswith("seq read 434 MB/s = 0.26x peer median 1,680 MB/s (z=-3.0; z=-")
+    assert "beside the 6 nodes >= 0.5x)" in v.reason, v.reason
+    final = verdicts(screen(probes))
+    assert slow_ones(screen(probes)) == ["fleet03", "fleet06"]
+    assert final["fleet03"].confirmed and final["fleet06"].confirmed
+    assert final["fleet03"].reason.startswith("confirmed: seq read 434 MB/s = 0.3"), final[
+        "fleet03"
+    ].reason
+    assert all(final[n].status == Status.OK for n in final if n not in ("fleet03", "fleet06"))
+
+
+def test_two_4x_readers_with_history_just_above_the_history_cut() -> None:
+    """The history rule's 0.25x passes 434 MB/s against a usual 1,700 (0.255x); the node's
+    own place (0.26x its usual against the round) says the same as the peers."""
+    probes = fleet(PAIR)
+    history = {p.node: [(p.seq_read.bw_bytes if p.seq_read else 0.0)] * 5 for p in probes}
+    history["fleet03"] = history["fleet06"] = [1700 * MB] * 5
+    v = verdicts(evaluate(probes, history, POLICY))["fleet03"]
+    assert "history" not in v.signals and v.status == Status.SLOW_READ, v.reason
+
+
+# A 3x reader at 587 MB/s (0.42x the median 1,398) among seven healthy nodes spread evenly
+# over 2x: z=-2.3 against all, -2.6 against the healthy seven (a flat spread's MAD is a
+# quarter of its width), but 0.59x the slowest healthy node.
+THIRD = [1000, 587, 1150, 1300, 1496, 1700, 1900, 2000]
+
+
+def test_a_3x_reader_below_a_flat_healthy_range_is_slow() -> None:
+    probes = fleet(THIRD)
+    v = verdicts(evaluate(probes, {}, POLICY))["fleet02"]
+    assert v.status == Status.SLOW_READ and v.signals == ("peer_read",), v.reason
+    assert "= 0.42x peer median 1,398 MB/s (z=-2.3; below the range of the 7 nodes" in v.reason
+    assert slow_ones(screen(probes)) == ["fleet02"]
+
+
+def test_a_3x_reader_is_also_found_by_its_own_usual_place() -> None:
+    """Where neither peer spread says it (a wider healthy spread), its own history does:
+    0.42x the peers and 0.33x its usual 1,761 MB/s against a round at its usual level."""
+    reads = [900, 587, 1100, 1300, 1496, 1800, 2000, 2200]
+    probes = fleet(reads)
+    assert verdicts(evaluate(probes, {}, POLICY))["fleet02"].status == Status.OK
+    history = {p.node: [(p.seq_read.bw_bytes if p.seq_read else 0.0)] * 5 for p in probes}
+    history["fleet02"] = [1761 * MB] * 5
+    v = verdicts(evaluate(probes, history, POLICY))["fleet02"]
+    assert v.status == Status.SLOW_READ and v.signals == ("peer_read",), v.reason
+    assert "; 0.33x its own usual place)" in v.reason, v.reason
+
+
+@pytest.mark.parametrize("reads", [PAIR[:2] + PAIR[3:5] + PAIR[6:], THIRD[:1] + THIRD[2:]])
+def test_the_wide_healthy_fleets_alone_are_all_ok(reads: list[float]) -> None:
+    assert {v.status for v in evaluate(fleet(reads), {}, POLICY).verdicts} == {Status.OK}
+
+
+def test_a_mixed_partition_at_0_6x_is_not_slow() -> None:
+    """Two healthy nodes of a slower model (0.6x the rest) are above the gap: never
+    peer_read, whatever the spread of the others."""
+    reads = [1000, 1010, 990, 1020, 600, 980, 1005, 610]
+    got = verdicts(evaluate(fleet(reads), {}, POLICY))
+    assert not any("peer_read" in v.signals for v in got.values())
+    assert slow_ones(screen(fleet(reads))) == []
+
+
+# ---- 2. a read slowdown shared by the fleet, writes fast ---------------------------------
+
+# Every node read 288-299 MB/s and wrote ~2,100: write/read 7.0-7.3x on every node.
+SHARED_READS = [288, 290, 299, 291, 295, 293, 289, 296]
+
+
+def _tail(p: NodeProbe, factor: float) -> NodeProbe:
+    """``p`` with its seq-read tail ``factor`` x longer (a throttle's burst: peer_tail)."""
+    assert p.seq_read is not None
+    job = p.seq_read
+    longer = replace(job, lat_p99_ns=job.lat_p99_ns * factor, lat_p999_ns=job.lat_p999_ns * factor)
+    return replace(p, seq_read=longer)
+
+
+def _shared(
+    reads: Sequence[float], suspects_: Sequence[int]
+) -> tuple[list[NodeProbe], dict[str, NodeProbe]]:
+    """Round 1 with the fleet's reads at ~290 MB/s and writes at ~2,100 MB/s, the nodes
+    ``suspects_`` (1-based) with a tail outlier (what made fleet01 and fleet08 suspects);
+    round 2: the suspects read and write as before (7.0-7.3x), the references, five nodes
+    writing at once instead of eight, wrote slower: 4.6-4.9x."""
+    probes = fleet(reads, write=2100)
+    for i in suspects_:
+        probes[i - 1] = _tail(probes[i - 1], 8)
+    again = {p.node: node(p.node, read=p.seq_read.mb_s, write=1380) for p in probes if p.seq_read}
+    for i in suspects_:
+        again[f"fleet{i:02d}"] = node(f"fleet{i:02d}", read=reads[i - 1], write=2100)
+    return probes, again
+
+
+def test_a_fleet_wide_read_slowdown_with_fast_writes_drains_nobody() -> None:
+    """Before: fleet01 and fleet08 `SLOW_READ confirmed: write/read 7.3x > 5x [round 2
+    beside 3 reference nodes; round 1: seq read 288 MB/s = 1.00x round-1 peer median 289
+    MB/s (outlier within a shared cause)]`: in round 2 their ratio stood alone."""
+    probes, again = _shared(SHARED_READS, (1, 8))
+    first = evaluate(probes, {}, POLICY)
+    assert first.shared_cause, first.shared_cause_reason
+    assert "8/8 nodes read over 5x slower than they write (the round's median write/read 7." in (
+        first.shared_cause_reason
+    )
+    got = verdicts(first)
+    assert not any("ratio" in v.signals for v in got.values())
+    assert all(got[n].status == Status.UNKNOWN for n in got if n not in ("fleet01", "fleet08"))
+    final = screen(probes, again)
+    assert slow_ones(final) == [], [v.reason for v in final.verdicts]
+    assert final.shared_cause
+
+
+def test_every_node_over_the_ratio_is_a_shared_cause_not_a_slow_node() -> None:
+    got = verdicts(evaluate(fleet(SHARED_READS, write=2100), {}, POLICY))
+    assert {v.status for v in got.values()} == {Status.UNKNOWN}
+    assert all(v.baseline and "shared_cause" in v.signals for v in got.values())
+
+
+def test_a_7_of_8_read_slowdown_with_fast_writes_drains_nobody() -> None:
+    """Before: fleet04 confirmed SLOW_READ on its write/read ratio alone in round 2."""
+    reads = list(SHARED_READS)
+    reads[4] = 1800  # fleet05 untouched
+    probes, again = _shared(reads, (4,))
+    final = screen(probes, again)
+    assert slow_ones(final) == [], [v.reason for v in final.verdicts]
+    assert verdicts(final)["fleet05"].status == Status.OK
+
+
+def test_an_outlier_ratio_within_the_crowd_is_still_slow() -> None:
+    """A node that reads 1/20 of the shared level (write/read 146x against the round's 7x)
+    is an outlier of the round's ratios, and of its reads."""
+    reads = list(SHARED_READS)
+    reads[2] = 14.4
+    v = verdicts(evaluate(fleet(reads, write=2100), {}, POLICY))["fleet03"]
+    assert v.status == Status.SLOW_READ and {"peer_read", "ratio"} <= set(v.signals), v.reason
+    assert "write/read 145.8x > 5x and 20.2x the round's median 7.2x" in v.reason, v.reason
+
+
+def test_a_lone_ratio_still_fires_without_a_crowd() -> None:
+    """One node of eight at 7x is no crowd: the ratio holds on its own (seed 001)."""
+    probes = fleet([1500] * 8, write=1500)
+    probes[1] = node("fleet02", read=290, write=2100)
+    v = verdicts(evaluate(probes, {}, POLICY))["fleet02"]
+    assert "ratio" in v.signals and v.reason.count("write/read 7.2x > 5x") == 1
+
+
+# ---- 3. and 4. the 4 KiB random read ------------------------------------------------------
+
+
+def _rand_fleet(
+    rand_iops: float, seq: float, again_iops: float, again_seq: float, wide: bool = False
+) -> tuple[list[NodeProbe], dict[str, NodeProbe]]:
+    """A round of 8 (seq ~2,470 MB/s, quiet or ``wide`` +-15%; 4k ~92,929 IOPS); fleet02
+    reads ``seq`` and ``rand_iops``, then ``again_seq`` and ``again_iops`` in round 2
+    (read-only, as the prolog's triage)."""
+    reads = [2470 * (1 + 0.01 * (i % 4)) for i in range(8)]
+    if wide:
+        reads = [2100, 2300, 2470, 2700, 2900, 2470, 2200, 2600]
+    probes = [
+        replace(
+            node(f"fleet{i:02d}", read=r, rand=92_929 * (1 + 0.02 * (i % 3)) * IOPS), seq_write=None
+        )
+        for i, r in enumerate(reads, 1)
+    ]
+    probes[1] = replace(node("fleet02", read=seq, rand=rand_iops * IOPS), seq_write=None)
+    again = {
+        "fleet02": replace(node("fleet02", read=again_seq, rand=again_iops * IOPS), seq_write=None)
+    }
+    return probes, again
+
+
+def test_a_25x_random_read_fault_with_a_close_call_seq_read_is_confirmed_slow() -> None:
+    """Before: DEGRADED `borderline`: the close call on the seq read (0.62x) made the
+    re-probe run the seq read alone, so the 25x random read was never looked at again."""
+    probes, again = _rand_fleet(92_929 / 25, 1540, 92_929 / 25, 1540)
+    first = verdicts(evaluate(probes, {}, POLICY))["fleet02"]
+    assert set(first.signals) >= {"peer_rand", "close_call"}, first.reason
+    final = verdicts(screen(probes, again, jobs=("seq_read", "rand_read")))["fleet02"]
+    assert final.status == Status.SLOW_READ and final.confirmed, final.reason
+    assert (
+        final.reason.startswith("confirmed: ") and "4k rand read 3,717 IOPS = 0.04x" in final.reason
+    )
+
+
+def test_a_25x_random_read_fault_with_a_normal_seq_read_is_confirmed_slow() -> None:
+    probes, again = _rand_fleet(92_929 / 25, 2480, 92_929 / 25, 2480)
+    final = verdicts(screen(probes, again, jobs=("seq_read", "rand_read")))["fleet02"]
+    assert final.status == Status.SLOW_READ and final.confirmed, final.reason
+
+
+def test_two_noisy_random_read_windows_of_a_healthy_node_do_not_drain_it() -> None:
+    """Before: `SLOW_READ confirmed: 4k rand read 31,833 IOPS = 0.34x round-2 peer median
+    92,929 IOPS (z=-5.2) [round 2 beside 3 reference nodes; round 1: seq read 1,704 MB/s =
+    0.69x ...]`. 0.3x then 0.34x on 4k reads alone is within the random read's noise."""
+    probes, again = _rand_fleet(27_900, 1704, 31_833, 2600, wide=True)
+    first = verdicts(evaluate(probes, {}, POLICY))["fleet02"]
+    assert first.status == Status.OK and first.signals == (), first.reason
+    final = verdicts(screen(probes, again, jobs=("seq_read", "rand_read")))["fleet02"]
+    assert final.status == Status.OK, final.reason
+    # after a close call on the seq read (a quieter round), round 2 passes it as well
+    probes, again = _rand_fleet(27_900, 1704, 31_833, 2600)
+    final = verdicts(screen(probes, again, jobs=("seq_read", "rand_read")))["fleet02"]
+    assert final.status == Status.OK and final.reason.startswith("transient: "), final.reason
+    # and if round 2 reads the random read too: 0.34x is still no finding
+    every = replace(POLICY, confirm_every_job=True)
+    probes2 = list(probes)
+    probes2[1] = replace(probes[1], rand_read=again["fleet02"].rand_read)
+    v = verdicts(evaluate(probes2, {}, every))["fleet02"]
+    assert "peer_rand" not in v.signals, v.reason
+
+
+def test_rand_peer_drop_is_the_random_reads_gap() -> None:
+    probes, _ = _rand_fleet(27_900, 2480, 27_900, 2480)
+    assert verdicts(evaluate(probes, {}, POLICY))["fleet02"].status == Status.OK
+    strict = replace(POLICY, rand_peer_drop=0.5)
+    v = verdicts(evaluate(probes, {}, strict))["fleet02"]
+    assert v.signals == ("peer_rand",) and "0.29x peer median" in v.reason, v.reason
