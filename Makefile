@@ -162,7 +162,8 @@ demo: deps $(if $(SLURM),slurm-root)
 # A newer Slurm beside the host's 22.05 (issue 43, deploy/slurmroot): its Debian root built
 # once by mmdebstrap into /var/cache/screener/slurm-root/$(SLURM) (a no-op when built). The
 # emulated cluster runs it with `up --slurm-version`, the tests with SCREENER_TEST_SLURM.
-# Not in deps nor test: SLURM=24.11 (trixie) or SLURM=26.05 (forky).
+# SLURM=24.11 (trixie) or SLURM=26.05 (forky); test-slurms builds both (not deps: the demo
+# and the 22.05 suite need neither).
 SLURM ?=
 slurm-root: venv
 	@[ -n "$(SLURM)" ] || { echo "slurm-root: which release? make slurm-root SLURM=24.11 (or 26.05)" >&2; exit 2; }
