@@ -14,10 +14,11 @@ APT_STAMP := $(VENV)/.apt-stamp
 PIP_STAMP := $(VENV)/.pip-stamp
 PG_VERSION_DIR := $(shell ls /etc/postgresql 2>/dev/null | head -n1)
 
-.PHONY: deps apt venv pyslurm pyslurm-root bytecode ior demo test test-slurms lint typecheck unit postgres bench bench-fleet cluster-down clean slurm-root
+.PHONY: deps apt venv pyslurm pyslurm-host pyslurm-root bytecode ior demo test test-slurms lint typecheck unit postgres bench bench-fleet cluster-down clean slurm-root
 
-# the host's pyslurm (22.5.3 for 22.05), whatever SLURM= says: a root's is `make pyslurm SLURM=V`
-deps: apt venv $(PYSLURM_STAMP) bytecode
+# pyslurm-host: the host's pyslurm (22.5.3 for 22.05), whatever SLURM= says (a root's is
+# `make pyslurm SLURM=V`); a phony name, since PYSLURM_STAMP is defined further down
+deps: apt venv pyslurm-host bytecode
 
 # Compile screener's modules once: a hook is a fresh interpreter, and where
 # PYTHONDONTWRITEBYTECODE is set (as on this machine kind) it would otherwise compile every
@@ -59,6 +60,7 @@ PYSLURM_STAMP := $(VENV)/.pyslurm-stamp
 PYSLURM_SLURMS := 24.11
 PYSLURM_SRC_DIR ?= $(firstword $(wildcard ../shared/vendor ../../shared/vendor))
 pyslurm: $(if $(SLURM),pyslurm-root,$(PYSLURM_STAMP))
+pyslurm-host: $(PYSLURM_STAMP)
 pyslurm-root: slurm-root
 	@$(PY) -m deploy.slurmroot pyslurm --version $(SLURM) --python $(PY) \
 	  --vendor $(or $(PYSLURM_SRC_DIR),../shared/vendor)
