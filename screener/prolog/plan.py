@@ -246,9 +246,7 @@ def after_screen(
         held = list(screen.held)
         also = [*held, *(n for n in failed_beside if n not in held)]
         said = triage.ambiguity(summary, policy, reprobed)  # once: the nodes and their why
-        doubt, refs = triage.with_references(
-            summary, policy, [*said, *(n for n in also if n not in said)]
-        )
+        doubt, refs = triage.with_references(summary, policy, triage.in_doubt(list(said), also))
         said.update({n: "held back from the triage" for n in held if n not in said})
     else:
         doubt, refs = triage.with_references(summary, policy, failed_beside)

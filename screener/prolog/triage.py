@@ -173,8 +173,14 @@ def escalation(
     ``confirm_references`` and ``min_peers``, and twice the doubtful plus one, so that the
     doubtful are under a third of the screen (two nodes at 0.43x beside three references
     widened the peer spread until both passed); ([], []) if none."""
-    unsure = ambiguous(summary, policy, reprobed)
-    return with_references(summary, policy, [*unsure, *(n for n in also if n not in unsure)])
+    return with_references(
+        summary, policy, in_doubt(list(ambiguity(summary, policy, reprobed)), also)
+    )
+
+
+def in_doubt(unsure: Sequence[str], also: Sequence[str]) -> list[str]:
+    """The nodes for the full probe: the triage's ambiguous ones, then ``also`` (once each)."""
+    return [*unsure, *(n for n in also if n not in unsure)]
 
 
 def with_references(

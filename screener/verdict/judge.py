@@ -68,6 +68,7 @@ class _Peers:
     borrowed: int  # fleet figures used as extra peers (small allocations only)
     ratio: PeerStats | None = None  # of read/write, when the ratio is judged relatively
     ratio_relative: bool = False  # a crowd over the ratio, or within a shared cause
+    ratio_crowd: bool = False  # most of the round over the ratio (rules.ratio_crowd)
 
 
 def _read_signals(
@@ -232,7 +233,8 @@ def _peers(
         for name in ("seq_read", "rand_read")
     }
     ratios = [r for p in usable if (r := p.write_read_ratio) is not None]
-    relative = within_shared or ratio_crowd(ratios, policy)
+    crowd = ratio_crowd(ratios, policy)
+    relative = within_shared or crowd
     return _Peers(
         read=peer_stats(reads, policy),
         write=peer_stats(writes, policy),
@@ -241,6 +243,7 @@ def _peers(
         borrowed=len(borrowed),
         ratio=ratio_peers(ratios, policy) if relative else None,
         ratio_relative=relative,
+        ratio_crowd=crowd,
     )
 
 
@@ -277,7 +280,7 @@ def evaluate(
     else:
         shared_reason = _shared_cause(verdicts, len(usable), peers, policy)
     w_r = {p.node: r for p in usable if (r := p.write_read_ratio) is not None}
-    if ratio_crowd(list(w_r.values()), policy):
+    if peers.ratio_crowd:  # decided once, from the same ratios, in _peers
         crowd = _shared_ratio(verdicts, w_r, policy)
         shared_reason = "; ".join(r for r in (shared_reason, crowd) if r)
     if level is not None and level < SHARED_HISTORY_LEVEL:

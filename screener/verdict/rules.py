@@ -215,11 +215,6 @@ def peer_outlier(
     return None
 
 
-def peer_slow(stats: PeerStats, value: float, policy: VerdictPolicy) -> bool:
-    """Does the peer rule (``peer_outlier``) fire for ``value`` on the bulk alone?"""
-    return peer_outlier(stats, value, policy) is not None
-
-
 def peer_reason(
     stats: PeerStats | None,
     value: float,
