@@ -266,6 +266,11 @@ class Verdict:
     # Likewise the peer 4k random-read median (IOPS): a drain decided on random reads names
     # that figure, not a sequential ratio that says the node is fine.
     peer_rand_iops: float | None = None
+    # Its seq read against its own usual, over the round's typical such ratio
+    # (rules.own_place): 1.0 = where it usually reads among its peers. None without enough
+    # own history or when too few of the round have any (no yardstick for the round).
+    # Not stored: the prolog asks it of a screen's verdicts (is a low reading usual for it?).
+    own_place: float | None = None
 
 
 @dataclass(frozen=True)

@@ -281,6 +281,39 @@ def test_triage_drains_a_clear_slow_reader_on_the_short_probe(site: dict[str, An
     assert all(w is None for w in _write_figures(site["db"], job_id, short)), log
 
 
+def test_a_slower_drive_model_reads_at_its_usual_place_and_is_not_escalated(
+    site: dict[str, Any],
+) -> None:
+    """Issue 44: a healthy node that always reads ~0.6x of its peers (another drive model;
+    three sweeps saw it there) is neither a close call nor in doubt on the triage: the log
+    says why, and no full probe follows; the job starts where it was placed. (A node whose
+    history puts it at par and that now reads 0.6x still gets the full probe:
+    test_triage_sends_a_close_call_to_the_full_probe.)"""
+    cluster = site["cluster"]
+    tails = {"shadow": ["peer_tail", "slow_ios", "stalls"]}  # as the close-call test
+    write_config(
+        site["config"], cluster, site["db"], site["log"], prolog={"triage": True}, verdict=tails
+    )
+    pace_devices(cluster, cluster.nodes)
+    node = cluster.nodes[0]
+    cluster.inject(node, "slow_read", "180M")  # 0.6x the 300 MB/s pace, as always
+    for _ in range(3):  # rules.MIN_HISTORY sweeps saw every node at its own rate
+        seen_by_the_sweep(cluster, site["config"], site["db"], per_node={node: 180.0})
+    job_id = _hosts_job(site, 4, "--comment", "screener=on")
+    job = wait_job(cluster, job_id)
+    log = site["log"].read_text()
+    assert job["job_state"] == "COMPLETED" and job["restart_cnt"] == 0, log
+    assert node in _ran_on(site, job_id)
+    runs = _prolog_runs(site["db"], job_id)
+    assert [mode for _, _, mode in runs] == [PROLOG_PROBES["triage"]], (runs, log)
+    said = re.search(
+        rf"{node}: triage read (0\.\d+)x peers, its usual (0\.\d+)x: not in doubt", log
+    )
+    assert said is not None, log
+    assert 0.4 < float(said[1]) < 0.71 and 0.4 < float(said[2]) < 0.9, said[0]
+    assert "full probe of" not in log and "second look" not in log, log
+
+
 def _write_figures(db: str, job_id: str, recipe: str | None = None) -> list[float | None]:
     """The write figure of every judged verdict of the job's prolog runs (of ``recipe``)."""
     with open_store(db) as store:

@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from screener.hostlist import fold_nodes
 from screener.policy import Policy, PrologPolicy
 from screener.probe.sentinel import SentinelResult
 from screener.probe_data import RunSummary, Status, Verdict
@@ -28,6 +29,8 @@ from screener.prolog.plan import (
     exit_code,
     first_screen,
     opening,
+    second_look,
+    usual_lines,
 )
 from screener.prolog.triage import full_probe_fits, triage_cost, triage_policy
 
@@ -291,6 +294,70 @@ def test_after_the_full_probe_only_the_failed_beside_sentinels_are_in_doubt() ->
     assert after_screen(s, (), escalated, [], ON) is None  # nothing follows a third screen
 
 
+def test_a_node_the_triage_passed_low_gets_a_second_short_look_before_any_full_probe() -> None:
+    """Issue 44: a healthy node reading 0.66x in one 0.5 s window paid a 16-18 s full probe in
+    most jobs on a mixed fleet. It is read again with the triage's recipe first, beside the
+    references; only what is still low (and the rest of the doubt) gets the full probe."""
+    low = replace(ok("node02"), read_mb_s=198.0)  # OK, 0.66x: no usual place known
+    s = summary(low, degraded("node03"), *(ok(n) for n in NODES[3:]))
+    d = after_screen(s, (), TRIAGE, [], ON)
+    assert d is not None and d.nodes == ("node02", "node03", "node01") and d.look == ("node02",)
+    look = second_look(d, TRIAGE, ON, ROOM)
+    assert look is not None and look.screen is not None
+    assert look.screen.stage == "second_look" and look.screen.policy == triage_policy(ON)
+    assert look.screen.nodes == ("node02", *d.references)  # beside the same references
+    assert look.screen.held == ("node03", "node01")  # the full probe's: DEGRADED, held
+    assert look.screen.run_info == {"prolog_probe": "second_look"}
+    assert look.lines == (
+        f"second look at node02 with the triage's recipe, beside {fold_nodes(d.references)}"
+        " (node02: triage read 0.66x peers (< 0.71))",
+    )
+    # the look reads node02 as its peers: only the rest of the doubt gets the full probe
+    par = summary(*(ok(n) for n in look.screen.nodes))
+    rest = after_screen(par, (), look.screen, [], ON)
+    assert rest is not None and rest.nodes == ("node03", "node01") and rest.look == ()
+    assert rest.references == d.references
+    assert rest.why == ("node03: triage DEGRADED (peer_read)", "node01: held back from the triage")
+    e = escalation(rest, look.screen, ON, 36.0)
+    assert e.lines[0].startswith("full probe of node[01,03] after the second look, beside")
+    # still low on the look: it joins the full probe, in the look's words
+    still = summary(low, *(ok(n) for n in look.screen.nodes[1:]))
+    again = after_screen(still, (), look.screen, [], ON)
+    assert again is not None and again.nodes == ("node02", "node03", "node01")
+    assert again.why[0] == "node02: second look read 0.66x peers (< 0.71)"
+    # nothing else waited: a look that settles its node leaves no doubt
+    alone = replace(TRIAGE, held=())
+    d1 = after_screen(summary(low, *(ok(n) for n in NODES[2:])), (), alone, [], ON)
+    assert d1 is not None and d1.look == d1.nodes == ("node02",)
+    look1 = second_look(d1, alone, ON, ROOM)
+    assert look1 is not None and look1.screen is not None
+    assert (
+        after_screen(summary(*(ok(n) for n in look1.screen.nodes)), (), look1.screen, [], ON)
+        is None
+    )
+
+
+def test_no_second_look_without_budget_for_it_and_the_full_probe_nor_after_a_full_probe() -> None:
+    low = replace(ok("node02"), read_mb_s=198.0)
+    d = after_screen(summary(low, *(ok(n) for n in NODES[2:])), (), TRIAGE, [], ON)
+    assert d is not None and d.look == ("node02",)
+    fits = 36.0 + triage_cost(ON)  # the look and both rounds of the full probe after it
+    assert second_look(d, TRIAGE, ON, fits) is not None
+    assert second_look(d, TRIAGE, ON, fits - 0.1) is None  # then straight to the full probe
+    assert escalation(d, TRIAGE, ON, fits - 0.1).screen is not None
+    # a suspect whose short re-probe passed may stall: the full probe, no second look
+    reprobed = after_screen(summary(*(ok(n) for n in NODES)), ("node04",), TRIAGE, [], ON)
+    assert reprobed is not None and reprobed.look == ()
+    # a low node reading at its own usual place is not in doubt at all
+    usual = replace(low, own_place=0.97)
+    held = after_screen(summary(usual, *(ok(n) for n in NODES[2:])), (), TRIAGE, [], ON)
+    assert held is not None and held.nodes == ("node01",)  # only the held one remains
+    assert usual_lines(summary(usual), TRIAGE, ON) == [
+        "node02: triage read 0.66x peers, its usual 0.68x: not in doubt"
+    ]
+    assert usual_lines(summary(usual), FULL, ON) == []  # the full probe decided it
+
+
 # ---- the escalation and the exit code -----------------------------------------------------
 
 
@@ -453,7 +520,20 @@ def test_every_node_is_planned_exactly_once(
     assert set(first.held) | set(failed_beside) <= set(doubt.nodes)
     assert len(set(doubt.nodes)) == len(doubt.nodes)
 
-    later = data.draw(st.sampled_from([-1.0, 0.0, 35.9, 36.0, 50.0]))
+    later = data.draw(st.sampled_from([-1.0, 0.0, 35.9, 36.0, 40.4, 40.5, 50.0]))
+    assert set(doubt.look) <= set(doubt.nodes) and not set(doubt.look) & set(first.held)
+    look = second_look(doubt, first, policy, later)
+    if look is not None:  # a short look at what the triage passed low, the rest waits
+        assert first.stage == "triage" and doubt.look and look.screen is not None
+        assert full_probe_fits(policy, later - triage_cost(policy))
+        assert look.screen.nodes == (*doubt.look, *doubt.references)
+        assert set(look.screen.held) == set(doubt.nodes) - set(doubt.look)
+        seen = screen_summary(data.draw, look.screen.nodes)
+        rest = after_screen(seen, (), look.screen, [], policy)
+        assert rest is None or (
+            set(rest.nodes) <= set(doubt.nodes) and rest.references == doubt.references
+        )
+        assert rest is not None or set(doubt.nodes) == set(doubt.look)
     e = escalation(doubt, first, policy, later)
     assert (e.screen is None) == (not full_probe_fits(policy, later))
     if e.screen is not None:

@@ -10,7 +10,9 @@ from screener.probe.sentinel import SentinelResult
 from screener.probe_data import RunSummary, Status, Verdict
 from screener.prolog.plan import steadiest
 from screener.prolog.triage import (
+    ambiguity,
     ambiguous,
+    as_usual,
     escalation,
     fresh_references,
     full_probe_fits,
@@ -205,3 +207,35 @@ def test_references_after_sentinels_are_those_that_read_most_as_usual() -> None:
         SentinelResult("node05", True, "no figure", None, None),
     ]
     assert steadiest(results) == ["node03", "node04", "node02", "node05"]
+
+
+def test_a_low_read_is_in_doubt_only_when_it_is_unusual_for_that_node() -> None:
+    """Issue 44: a healthy node of a slower drive model reads 0.60x of its peers in every
+    round; with its history there, it is neither a close call nor ambiguous (the log says
+    why), while a node whose history puts it at par and that now reads 0.60x still is."""
+    probes = fleet(read=1900, write=2800)  # node01 at 0.60x of the others' median
+    history = {f"node{i:02d}": [(3000 + 37 * i) * 1e6] * 3 for i in range(2, 9)}
+    slower_model = evaluate(probes, history | {"node01": [1900e6] * 3}, POLICY)
+    v = slower_model.verdicts[0]
+    assert v.status == Status.OK and v.own_place == 1.0, v.reason
+    assert ambiguity(slower_model, ON) == {}
+    assert as_usual(slower_model, ON) == [
+        "node01: triage read 0.60x peers, its usual 0.60x: not in doubt"
+    ]
+    dropped = evaluate(probes, history | {"node01": [3000e6] * 3}, POLICY)
+    assert dropped.verdicts[0].status == Status.DEGRADED  # a close call, re-probed
+    assert ambiguity(dropped, ON) == {"node01": "triage DEGRADED (close_call)"}
+    # too few of the round with history: no yardstick for a place, the old rule holds
+    lone = evaluate(probes, {"node01": [1900e6] * 3}, POLICY)
+    assert lone.verdicts[0].own_place is None and lone.verdicts[0].status == Status.DEGRADED
+    # an OK reading low in a noisy round (no close call): in doubt unless usual for it
+    noisy = Verdict("node01", Status.OK, "within", read_mb_s=660, peer_read_mb_s=1000)
+    rest = [Verdict(f"node{i:02d}", Status.OK, "fine", baseline=True) for i in range(2, 9)]
+    fell = replace(noisy, own_place=0.66 / 0.97)  # usually 0.97x of its peers
+    assert ambiguity(RunSummary((fell, *rest)), ON) == {
+        "node01": "triage read 0.66x peers (its usual 0.97x, < 0.71)"
+    }
+    assert ambiguity(RunSummary((noisy, *rest)), ON) == {
+        "node01": "triage read 0.66x peers (< 0.71)"  # no usual place known
+    }
+    assert ambiguity(RunSummary((replace(noisy, own_place=0.95), *rest)), ON) == {}

@@ -2,8 +2,9 @@
 
 ``run`` reads top to bottom as one prolog: what the store knows of the job's nodes (once a
 killed run's drains are settled), the opening (fast path, sentinels first or beside),
-the first screen (a triage or the full probe), what the sentinels beside it said, and the
-full probe of what a screen left in doubt, or "no budget left". Each screen goes through
+the first screen (a triage or the full probe), what the sentinels beside it said, a second
+short look at what a triage passed unusually low, and the full probe of what a screen left
+in doubt, or "no budget left". Each screen goes through
 ``app.run_screen`` like `screener screen`; once its verdicts are in, its after-step
 (``_AfterScreen``, in the screen's event loop, over its connections) acts on the stored run
 (verdict lines, drains behind the guard, SIGTERM held while Slurm changes) and starts in-job
@@ -102,8 +103,22 @@ def run(ctx: Context) -> int:
         _after_beside(ctx, known, beside)
     codes = [screened.code]
     if screened.doubt is not None and screened.code == 0:
-        codes.append(_escalate(ctx, screened.doubt, first))
+        codes.append(_settle(ctx, screened.doubt, first))
     return plan.exit_code(codes)
+
+
+def _settle(ctx: Context, doubt: plan.Doubt, first: plan.Screen) -> int:
+    """What ``first`` left in doubt: a second short look at the nodes it passed low, when the
+    budget holds it and the full probe after it; then the full probe of what is still in
+    doubt (its exit code)."""
+    look = plan.second_look(doubt, first, ctx.policy, ctx.left())
+    if look is None or look.screen is None:
+        return _escalate(ctx, doubt, first)
+    ctx.say(look.lines)
+    looked = _screen(ctx, look.screen)
+    if looked.code != 0 or looked.doubt is None:
+        return looked.code
+    return plan.exit_code([looked.code, _escalate(ctx, looked.doubt, look.screen)])
 
 
 def _known(ctx: Context) -> Known:
@@ -229,6 +244,7 @@ class _AfterScreen:
         failed = self.beside.failed() if self.beside is not None else []
         self.code = _act(ctx, result, ctx.left())
         if self.code == 0 and ctx.records is not None and not result.store_error:
+            ctx.say(plan.usual_lines(result.summary, self.screen, ctx.policy))
             self.doubt = plan.after_screen(
                 result.summary, result.reprobed, self.screen, failed, ctx.policy
             )

@@ -12,8 +12,11 @@ execute.py runs each step this returns and feeds the result back; in the order i
 4. ``after_screen``: the nodes left in doubt, with references, for a full probe after it:
    a triage's ambiguous and held-back nodes, or the failed beside-sentinels;
    ``after_beside``: what the sentinels that read beside it said.
-5. ``escalation``: that full probe, or "no budget left".
-6. ``exit_code``: a drain by any screen requeues the job.
+5. ``second_look``: a triage's passed nodes that read unusually low are read again with
+   its short recipe beside their references (a second, not a full probe); ``after_screen``
+   of that look keeps in doubt only those still low, with the rest of the doubt.
+6. ``escalation``: that full probe, or "no budget left".
+7. ``exit_code``: a drain by any screen requeues the job.
 
 Every value is frozen and carries the log lines that say why (``lines``).
 """
@@ -130,9 +133,11 @@ class Checked:
 @dataclass(frozen=True)
 class Screen:
     """One screen to run: ``nodes`` under ``policy`` (the triage's or the full probe's);
-    ``stage`` "triage", "escalated" or "" (the full probe at once), stored with the run;
-    ``held``: a triage's nodes for the full probe only, after it; ``history_also``: the
-    recipes a node without history of this one is compared with."""
+    ``stage`` "triage", "second_look", "escalated" or "" (the full probe at once), stored
+    with the run; ``held``: a triage's nodes for the full probe only, after it;
+    ``history_also``: the recipes a node without history of this one is compared with;
+    ``looks_at``: a second look's doubt (its ``look`` nodes are read again, the rest wait
+    for the full probe)."""
 
     nodes: tuple[str, ...]
     policy: Policy
@@ -140,6 +145,7 @@ class Screen:
     held: tuple[str, ...] = ()
     history_also: tuple[ProbePolicy, ...] = ()
     lines: tuple[str, ...] = ()
+    looks_at: Doubt | None = None
 
     @property
     def run_info(self) -> dict[str, object] | None:
@@ -149,12 +155,14 @@ class Screen:
 
 @dataclass(frozen=True)
 class Doubt:
-    """Nodes a screen left for the full probe after it, and their references."""
+    """Nodes a screen left for the full probe after it, and their references; ``look``:
+    those of them a second short read may settle first (triage.second_looks)."""
 
     nodes: tuple[str, ...]
     references: tuple[str, ...]
     # why each node is in doubt ("node07: triage read 0.66x peers (< 0.71)"), for the line
     why: tuple[str, ...] = ()
+    look: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -239,27 +247,85 @@ def after_screen(
 ) -> Doubt | None:
     """The nodes a stored, drain-free screen leaves for the full probe, with references
     from its healthy nodes: after a triage, those it left ambiguous (``reprobed``: its
-    suspects), the nodes held back from it and the failed beside-sentinels; else those
+    suspects), the nodes held back from it and the failed beside-sentinels; after a second
+    look, its looked-at nodes still in doubt and the rest of its doubt; else those
     sentinels alone. None: nothing in doubt."""
     said: dict[str, str] = {}
+    look: list[str] = []
+    if screen.stage == "second_look" and screen.looks_at is not None:
+        return _after_look(summary, reprobed, screen.looks_at, policy)
     if screen.stage == "triage":
         held = list(screen.held)
         also = [*held, *(n for n in failed_beside if n not in held)]
         said = triage.ambiguity(summary, policy, reprobed)  # once: the nodes and their why
         doubt, refs = triage.with_references(summary, policy, triage.in_doubt(list(said), also))
+        look = triage.second_looks(summary, list(said), reprobed)
         said.update({n: "held back from the triage" for n in held if n not in said})
     else:
         doubt, refs = triage.with_references(summary, policy, failed_beside)
     for n in failed_beside:
         said.setdefault(n, "its sentinel failed beside the screen")
     why = tuple(f"{n}: {said[n]}" for n in doubt if n in said)
-    return Doubt(tuple(doubt), tuple(refs), why) if doubt else None
+    return (
+        Doubt(tuple(doubt), tuple(refs), why, tuple(n for n in doubt if n in look))
+        if doubt
+        else None
+    )
+
+
+def _after_look(
+    summary: RunSummary, reprobed: Sequence[str], doubt: Doubt, policy: Policy
+) -> Doubt | None:
+    """After a second look at ``doubt.look``: those still in doubt (in its words), then the
+    rest of ``doubt`` (with their why), beside ``doubt``'s references (healthy in the triage,
+    enough for all of it); None when the look settled every node and nothing else waits."""
+    still = triage.ambiguity(summary, policy, reprobed, label="second look")
+    looked = [n for n in doubt.look if n in still]
+    rest = [n for n in doubt.nodes if n not in doubt.look]
+    if not looked and not rest:
+        return None
+    why = [f"{n}: {still[n]}" for n in looked]
+    why += [w for w in doubt.why if w.split(":", 1)[0] in rest]
+    return Doubt((*looked, *rest), doubt.references, tuple(why))
+
+
+def usual_lines(summary: RunSummary, screen: Screen, policy: Policy) -> list[str]:
+    """After a triage or a second look: a line per node that read low but as usual for it
+    (triage.as_usual), so the log says why it was not escalated."""
+    if screen.stage not in ("triage", "second_look"):
+        return []
+    return triage.as_usual(summary, policy, _STAGE_WORDS[screen.stage])
+
+
+# How a log line names each screen of a prolog.
+_STAGE_WORDS = {"triage": "triage", "second_look": "second look", "escalated": "full probe"}
+
+
+def second_look(doubt: Doubt, first: Screen, policy: Policy, left_s: float) -> Escalation | None:
+    """A second short read of ``doubt.look`` (a triage's passed nodes reading unusually low)
+    with the triage's recipe, beside ``doubt``'s references, when ``left_s`` holds it and the
+    full probe after it (issue 44: a healthy node reading 0.65x in one 0.5 s window paid 16-18 s
+    of full probe in most jobs on a mixed fleet); the rest of the doubt waits for the full
+    probe. None: straight to the escalation (nothing to look at, or no budget for both)."""
+    if not doubt.look or first.stage != "triage":
+        return None
+    if not triage.full_probe_fits(policy, left_s - triage.triage_cost(policy)):
+        return None
+    why = [w for w in doubt.why if w.split(":", 1)[0] in doubt.look]
+    line = (
+        f"second look at {fold_nodes(doubt.look)} with the triage's recipe,"
+        f" beside {fold_nodes(doubt.references)} ({'; '.join(why)})"
+    )
+    rest = tuple(n for n in doubt.nodes if n not in doubt.look)
+    nodes = (*doubt.look, *doubt.references)
+    screen = Screen(nodes, first.policy, "second_look", rest, first.history_also, looks_at=doubt)
+    return Escalation(screen, (line,))
 
 
 def escalation(doubt: Doubt, first: Screen, policy: Policy, left_s: float) -> Escalation:
     """The full probe of ``doubt`` beside its references after ``first``, when ``left_s`` (the
     budget left now) still holds both its rounds (triage.full_probe_fits)."""
-    after = first.stage or "screen"
+    after = _STAGE_WORDS.get(first.stage, "screen")
     if not triage.full_probe_fits(policy, left_s):
         line = f"{fold_nodes(doubt.nodes)}: no budget left for the full probe after the {after}"
         return Escalation(None, (line,))

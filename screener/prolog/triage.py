@@ -6,7 +6,10 @@ is a healthy one; only the ambiguous nodes need the full probe's evidence. With
 4 KiB random; the write only with ``triage_write``) at ``triage_ramp_s +
 triage_runtime_s`` (its own recipe, so its own history and fleet figures), judged and
 confirmed as usual; a node it leaves DEGRADED on a performance signal (a close call, a
-stall mode, a borderline re-probe) then gets the full probe beside healthy references.
+stall mode, a borderline re-probe) then gets the full probe beside healthy references. A
+node it passed reading low gets that only when the low reading is unusual for that node
+(its own usual place among its peers, from its history), and a second short read beside
+its references comes first: most such doubts are one noisy 0.5 s window (issue 44).
 Pure decisions here; the prolog runs the screens.
 """
 
@@ -17,7 +20,7 @@ from dataclasses import replace
 
 from screener.policy import Policy
 from screener.probe.fio import policy_jobs, probe_duration_s
-from screener.probe_data import RunSummary, Status
+from screener.probe_data import RunSummary, Status, Verdict
 from screener.verdict.confirm import NOT_SUSPECT_TAGS, references
 from screener.verdict.rules import borderline_level
 
@@ -139,9 +142,16 @@ def ambiguous(summary: RunSummary, policy: Policy, reprobed: Sequence[str] = ())
     return list(ambiguity(summary, policy, reprobed))
 
 
-def ambiguity(summary: RunSummary, policy: Policy, reprobed: Sequence[str] = ()) -> dict[str, str]:
+def ambiguity(
+    summary: RunSummary,
+    policy: Policy,
+    reprobed: Sequence[str] = (),
+    label: str = "triage",
+) -> dict[str, str]:
     """``ambiguous``'s nodes, each with why, in the words of the escalation line (issue 44:
-    `full probe of fleet07 after the triage` said nothing of what the triage saw)."""
+    `full probe of fleet07 after the triage` said nothing of what the triage saw). An OK
+    node reading low is in doubt only when that is unusual for it (``usual``); ``label``
+    names the screen ("triage", "second look")."""
     level = borderline_level(policy.verdict)
     out: dict[str, str] = {}
     # A DEGRADED node with only the signals confirmation does not re-probe either
@@ -151,14 +161,53 @@ def ambiguity(summary: RunSummary, policy: Policy, reprobed: Sequence[str] = ())
     # probe's to find (the sweep), after which the node skips the triage (plan).
     for v in summary.verdicts:
         doubt = sorted(set(v.signals) - NOT_SUSPECT_TAGS)
-        place = (v.read_mb_s or 0.0) / v.peer_read_mb_s if v.peer_read_mb_s else None
+        place = _place(v)
         if v.status == Status.DEGRADED and doubt:
-            out[v.node] = f"triage DEGRADED ({', '.join(doubt)})"
-        elif v.status == Status.OK and place is not None and place < level:
-            out[v.node] = f"triage read {place:.2f}x peers (< {level:.2f})"
+            out[v.node] = f"{label} DEGRADED ({', '.join(doubt)})"
+        elif v.status == Status.OK and place is not None and place < level and not usual(v, level):
+            was = f"its usual {place / v.own_place:.2f}x, " if v.own_place else ""
+            out[v.node] = f"{label} read {place:.2f}x peers ({was}< {level:.2f})"
         if v.node not in out and v.status == Status.OK and v.node in reprobed:
-            out[v.node] = "slow on the triage, passed its re-probe: transient?"
+            out[v.node] = f"slow on the {label}, passed its re-probe: transient?"
     return out
+
+
+def usual(v: Verdict, level: float) -> bool:
+    """An OK node reading below ``level`` x its peers that reads as it usually does among
+    them (its ``own_place`` at or above ``level``): a node of a slower drive model, not a
+    doubt (issue 44: a healthy node that always reads 0.65x of its peers paid the full probe
+    on every job). One that dropped from its usual place is still in doubt."""
+    return v.own_place is not None and v.own_place >= level
+
+
+def as_usual(summary: RunSummary, policy: Policy, label: str = "triage") -> list[str]:
+    """A line per OK node that read low but as usual for it (``usual``): why it is not in
+    doubt, with the figure and the yardstick."""
+    level = borderline_level(policy.verdict)
+    return [
+        f"{v.node}: {label} read {place:.2f}x peers, its usual"
+        f" {place / v.own_place:.2f}x: not in doubt"
+        for v in summary.verdicts
+        if v.status == Status.OK
+        and (place := _place(v)) is not None
+        and place < level
+        and usual(v, level)
+        and v.own_place
+    ]
+
+
+def second_looks(summary: RunSummary, doubt: Sequence[str], reprobed: Sequence[str]) -> list[str]:
+    """The nodes of ``doubt`` a second short read can settle: those the screen passed (OK)
+    that read low, unusually for them. A DEGRADED node had its short re-probe already (the
+    confirmation round), and one that passed only its re-probe may stall: the full probe's
+    stall and tail witnesses are for those."""
+    passed = {v.node for v in summary.verdicts if v.status == Status.OK}
+    return [n for n in doubt if n in passed and n not in reprobed]
+
+
+def _place(v: Verdict) -> float | None:
+    """Its seq read / the peer median it was judged against."""
+    return (v.read_mb_s or 0.0) / v.peer_read_mb_s if v.peer_read_mb_s else None
 
 
 def escalation(

@@ -152,6 +152,8 @@ def run_detail(store: Store, run_id: int) -> RunDetail:
 PROLOG_PROBES = {
     "triage": "prolog triage: the read jobs (the write too with triage_write) at [prolog] "
     "triage_ramp_s + triage_runtime_s",
+    "second_look": "prolog second look: the triage's recipe again, at the nodes it passed"
+    " reading unusually low, beside references",
     "escalated": "prolog full probe of the nodes its triage left ambiguous or held back, "
     "beside references",
 }

@@ -115,7 +115,10 @@ def _read_signals(
     if text := history_reason(bw, history, policy, level):
         tags.append("history")
         why.append(text)
-    if "peer_read" not in tags and (text := close_call(peers.read, bw, policy, peers.borrowed)):
+    usual = own if level is not None else None  # a place among a round with a yardstick
+    if "peer_read" not in tags and (
+        text := close_call(peers.read, bw, policy, peers.borrowed, usual)
+    ):
         tags.append("close_call")
         why.append(text)
     return tags, why
@@ -171,14 +174,23 @@ def _judge(
         recipe=p.recipe,
         peer_read_mb_s=peers.read.median / 1e6 if peers.read else None,
         peer_rand_iops=peers.rand.median if peers.rand else None,
+        own_place=own_place(bw, history, history_level) if history_level is not None else None,
     )
     hard = [t for t in r_tags if t not in SOFT_TAGS]
     if not hard and not w_tags and r_tags:
         # Only soft evidence (a stall mode): DEGRADED, probed again next time, never drained.
         parts = r_why + problems + [f"drift: {d}" for d in drift]
         tags = r_tags + (["facts"] if problems else [])
+        # A close call alone is where the node reads, not a fault: its figures are its own
+        # history, so a slower drive model learns its usual place (and stops being a close
+        # call, see rules.close_call) while the peer gap and history_drop still catch a drop.
+        usual = tags == ["close_call"]
         return replace(
-            figures, status=Status.DEGRADED, reason="; ".join(parts), signals=tuple(tags)
+            figures,
+            status=Status.DEGRADED,
+            reason="; ".join(parts),
+            signals=tuple(tags),
+            baseline=usual,
         )
     if r_tags or w_tags:
         status = Status.SLOW_READ if hard else Status.SLOW_WRITE

@@ -42,13 +42,22 @@ def borderline_level(policy: VerdictPolicy) -> float:
 
 
 def close_call(
-    stats: PeerStats | None, value: float, policy: VerdictPolicy, borrowed: int
+    stats: PeerStats | None,
+    value: float,
+    policy: VerdictPolicy,
+    borrowed: int,
+    own: float | None = None,
 ) -> str | None:
     """``close_call``: seq read past the peers' noise (robust z < -``z_threshold``) but not
     past the gap (>= ``min_peer_drop`` x median), and below ``borderline_level``: neither
     clearly healthy nor clearly slow. DEGRADED and re-probed with the suspects, so the
-    evidence of two rounds decides (issue 24). Needs a real population (no fleet figures)."""
+    evidence of two rounds decides (issue 24). Needs a real population (no fleet figures).
+    Not when the node reads at its own usual place (``own``, see ``own_place``, at or above
+    ``borderline_level``): a slower drive model is where it always is, not a close call
+    (issue 44), while one that dropped from its place still is."""
     if stats is None or borrowed or stats.count < policy.min_peers:
+        return None
+    if own is not None and own >= borderline_level(policy):
         return None
     ratio = value / stats.median
     z = stats.z(value)
