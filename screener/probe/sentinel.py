@@ -84,6 +84,8 @@ class SentinelResult:
     read_bw: float | None = None  # bytes/s the sentinel read, when it ran
     usual_bw: float | None = None  # the node's usual seq read it was compared with
     dd_reading: float | None = None  # a dd figure taken beside a fio sentinel, to record
+    # each dd figure taken beside it and not kept, why, one log line each ("node03: ...")
+    dd_dropped: tuple[str, ...] = ()
 
     @property
     def ratio(self) -> float | None:

@@ -1,9 +1,9 @@
 """Prolog side of the fast path's sentinel (issue 28): run it on every fresh node at once
 and judge each against the node's own usual read: by default a dd read judged against the
-node's own earlier dd readings (``prolog.sentinel_reader = "dd"``; a node with too few
-of them reads with fio, against its usual fio seq read, and learns a dd reading beside
-it). Start in-job iostat on the same connections when the whole allocation stays on the
-fast path."""
+median of the node's own earlier dd readings (``prolog.sentinel_reader = "dd"``; a node
+with too few of them reads with fio, against its usual fio seq read, and learns a dd
+reading beside it when that fio read passes). Start in-job iostat on the same connections
+when the whole allocation stays on the fast path."""
 
 from __future__ import annotations
 
@@ -46,14 +46,18 @@ SENTINEL_SLACK_S = 5.0
 CLOSE_FACTOR = 0.25
 
 
-# The dd reader (issue 22) is trusted once a node has this many dd readings of its own;
-# until then its sentinel is fio's, and a fio sentinel reading at least DD_BASE_RATIO x its
-# usual adds a dd reading taken just before it, unless that reading is over DD_PLAUSIBLE x
+# The dd reader (issue 22) is trusted once a node has this many dd readings of its own
+# (own_dd_readings: same recipe, within the history window, the newest DD_READINGS_KEEP);
+# until then its sentinel is fio's, and a fio sentinel that passes (>= sentinel_drop x its
+# usual) adds a dd reading taken just before it, unless that reading is over DD_PLAUSIBLE x
 # what fio read (one 1 MiB read at a time cannot outrun fio's queue on the same device:
 # the emulated throttle let one learning read in three through whole, 2-3 GB/s at 300).
-DD_READINGS_MIN = 2
+# Issue 44: the bar was 0.8x, which healthy unpaced nodes rarely read (median 0.66-0.70x,
+# lowest 0.52: sentinel_unpaced.json), so they never left the slower fio sentinel. A dd
+# sentinel is judged against the median of the readings: with 3, no one odd reading (a
+# learning read beside a fio at 0.5x, or a throttle's escape under DD_PLAUSIBLE) moves it.
+DD_READINGS_MIN = 3
 DD_READINGS_KEEP = 5
-DD_BASE_RATIO = 0.8
 DD_PLAUSIBLE = 2.0
 
 
@@ -66,8 +70,9 @@ async def run_sentinels(
 ) -> list[SentinelResult]:
     """Each node's sentinel, all at once; errors become failed sentinels (full probe).
     With ``prolog.sentinel_reader = "dd"``, a node with DD_READINGS_MIN dd readings
-    (``dd_usual``) reads with dd against the lowest; the others read with fio against ``usual``
-    and, when that reads as usual, once with dd too (``dd_reading``: to be recorded)."""
+    (``dd_usual``) reads with dd against their median; the others read with fio against
+    ``usual`` and once with dd too: ``dd_reading`` when the fio read passed (to be
+    recorded), else a ``dd_dropped`` line that says why not (to be logged)."""
     pp = policy.prolog
     probe = dataclasses.replace(policy.probe, seq_iodepth=short_read_depth(policy))
     argv = sentinel_argv(probe, pp.sentinel_s)
@@ -94,21 +99,22 @@ async def run_sentinels(
         mine = usual.get(node, ())
         if dd_on and node in dd_known:  # as much as its usual fio rate reads (a stable count)
             bw, error = await _figure(dd(node, statistics.median(mine or dd_known[node])))
-            # its lowest reading: each was taken while fio read the node as usual, and a dd
-            # reading can only come out too high (the emulated throttle let one learning read
-            # in three through whole: 2-3 GB/s on a 300 MB/s pace)
-            lowest = [min(dd_known[node])]
-            return judge_sentinel(node, bw, error, lowest, pp.sentinel_drop, "dd")
+            # judge_sentinel's level is the median of the readings (one odd one moves it not)
+            return judge_sentinel(node, bw, error, dd_known[node], pp.sentinel_drop, "dd")
         # Learning a node's dd level: dd reads first, as it will in later prologs (the
         # first read after idle), then fio judges whether the node reads as usual now.
         learn = dd_on and bool(mine)  # a missing reading costs nothing but time
-        reading = (await _figure(dd(node, statistics.median(mine))))[0] if learn else None
+        reading, dd_error = (
+            await _figure(dd(node, statistics.median(mine))) if learn else (None, None)
+        )
         bw, error = await _figure(fio(node))
         result = judge_sentinel(node, bw, error, mine, pp.sentinel_drop)
-        usual_now = result.passed and (result.ratio or 0.0) >= DD_BASE_RATIO
-        if reading and usual_now and bw and reading <= DD_PLAUSIBLE * bw:
-            result = dataclasses.replace(result, dd_reading=reading)
-        return result
+        if not learn:
+            return result
+        why = _not_kept(result, reading, dd_error, pp.sentinel_drop)
+        if why:
+            return dataclasses.replace(result, dd_dropped=(f"{node}: {why}",))
+        return dataclasses.replace(result, dd_reading=reading)
 
     first = await asyncio.gather(*(one(n) for n in nodes))
     # A close call reads again before it costs a full probe: on the emulated cluster (8
@@ -135,8 +141,11 @@ def own_dd_readings(
 def record_dd(
     policy: Policy, records: SlurmRecords | None, results: list[SentinelResult], log: HookLog
 ) -> None:
-    """Store the dd readings taken beside fio sentinels that read as usual; a store that
-    fails here costs only the readings (the next fast path takes them again)."""
+    """Log each dd reading not kept (one line per node: the figure and the yardstick it
+    missed), store those taken beside fio sentinels that passed; a store that fails here
+    costs only the readings (the next fast path takes them again)."""
+    for line in (line for r in results for line in r.dd_dropped):
+        log(line)
     readings = {r.node: r.dd_reading for r in results if r.passed and r.dd_reading}
     if not readings or records is None:
         return
@@ -145,6 +154,26 @@ def record_dd(
         records.record_sentinel_readings(readings, recipe, datetime.now(UTC))
     except ScreenerError as exc:
         log(f"dd sentinel readings of {fold_nodes(list(readings))} not recorded: {exc}")
+
+
+def _not_kept(
+    result: SentinelResult, reading: float | None, dd_error: str | None, drop: float
+) -> str | None:
+    """Why the dd ``reading`` taken before the fio sentinel ``result`` is not the node's dd
+    level, said with its yardstick; None when it is: fio passed and dd <= DD_PLAUSIBLE x
+    fio."""
+    if reading is None:
+        return f"no dd reading to keep as its dd level: {dd_error or 'no figure'}"
+    said = f"dd {reading / 1e6:,.0f} MB/s not kept as its dd level"
+    bw, ratio = result.read_bw, result.ratio
+    if bw is None or ratio is None:  # the fio sentinel failed, or no usual to judge it by
+        return f"{said}: no fio read as usual beside it ({result.reason})"
+    if not result.passed:
+        return f"{said}: fio read {ratio:.2f}x its usual (< {drop:g})"
+    if reading > DD_PLAUSIBLE * bw:
+        fio_said = f"{reading / bw:.1f}x what fio read beside it ({bw / 1e6:,.0f} MB/s)"
+        return f"{said}: {fio_said} (> {DD_PLAUSIBLE:g})"
+    return None
 
 
 async def _figure(reading: Awaitable[float]) -> tuple[float | None, str | None]:
@@ -163,10 +192,12 @@ def _close_call(r: SentinelResult, drop: float) -> bool:
 
 
 def _second(first: SentinelResult, second: SentinelResult) -> SentinelResult:
-    """The second read decides; its reason keeps the first figure."""
+    """The second read decides; its reason keeps the first figure, its log the first's dd
+    reading not kept."""
     ratio = first.read_bw / first.usual_bw if first.read_bw and first.usual_bw else 0.0
     said = f"{second.reason} (first read {ratio:.2f}x)"
-    return dataclasses.replace(second, reason=said)
+    dropped = first.dd_dropped + second.dd_dropped
+    return dataclasses.replace(second, reason=said, dd_dropped=dropped)
 
 
 async def sentinel_then_iostat(
