@@ -1,9 +1,15 @@
 """Do verdicts repeat? (issue 24) The same fault classes screened N times on an 8-node
 emulated fleet, each scenario with a fresh store and again with history, as issue 24 tried
-them: the policy a small-scratch site writes (256 MiB region, runtime 2 s, ramp 0.5 s) and
-unpaced devices (healthy nodes spread ~2x within one run on the 2 shared cores).
+them: the policy a small-scratch site writes (256 MiB region, runtime 2 s, ramp 0.5 s), on
+one or both fleets (``--fleet``, each screened in the same run, one after the other):
+- mixed (the default; issue 44): unpaced devices (healthy nodes spread ~2x within one run
+  on the 2 shared cores), and node05 and node07, a slower drive model, read and write at
+  0.6x of the unpaced healthy median; they are expected OK unless a scenario throttles them.
+- paced: every device paced at 300 MB/s and 20,000 read IOPS first (tests/hooked_cluster.PACE,
+  PACE_IOPS, set as throttles on the unpaced cluster), as the hooked clusters run.
 
-Scenarios (rates relative to the healthy median measured by a calibration screen):
+Scenarios (rates relative to the fleet's healthy median measured by a calibration screen:
+the mixed fleet's before its two 0.6x nodes are set, the paced fleet's under the pace):
 - healthy: nobody throttled; every node OK.
 - pair_quarter: two nodes read at 1/4; both SLOW_READ.
 - pair_043: two nodes read at 0.43x (issue 24's pair that flipped); both SLOW_READ.
@@ -19,18 +25,28 @@ Scenarios (rates relative to the healthy median measured by a calibration screen
 - fleet_6x: every node reads and writes at 1/6 together; nobody SLOW.
 - fleet_6x_outlier50: the same with one node reading at 1/50 of the healthy median; that
   node SLOW, nobody else.
+- fleet_read_6x (issue 44): every node reads at 1/6 together, writes untouched; nobody SLOW
+  (every node's write/read ratio is over 5x: a shared cause).
+- shared_7of8_reads (issue 44): seven nodes read at 1/6 together, writes untouched; nobody
+  SLOW. Unlike shared_7of8 the untouched node is node05 (a 0.6x node in the mixed fleet).
+- pair_3x4x (issue 44): node02 reads at 1/3 and node04 at 1/4 at once; both SLOW_READ.
+- mixed_healthy (issue 44): no fault, the fleet alone (in the mixed fleet, its two 0.6x
+  nodes); nobody SLOW, the 0.6x nodes OK.
 
-History mode: each scenario gets its own store, taught by two healthy screens first
+History mode: each scenario gets its own store, taught by three healthy screens first (rules.MIN_HISTORY)
 (``--shared-history``: one store for all, in order, as the first matrix ran).
 
 Per scenario, mode and node: how often the verdict came out as expected, and each verdict's
 margin to the deciding thresholds (read / peer median against `min_peer_drop`, robust z
-against `-z_threshold`). Writes bench/results/repeatability.json and prints the table.
+against `-z_threshold`); per fleet, the expected-SLOW nodes caught (n/N), the stallers
+flagged and the healthy nodes (expected OK or not SLOW) that came out SLOW. Writes
+bench/results/repeatability.json (per fleet under "fleets") and prints the tables.
 ``--ramp/--runtime`` screen with another recipe (the prolog triage's: 0.25 s + 0.5 s);
 ``--prolog`` screens with `screener prolog` and [prolog] triage on (a dry run): the triage,
 then the full probe (this recipe) of what it left ambiguous, each node's last verdict.
 
-    .venv/bin/python bench/repeatability.py [--repeat 5] [--scenarios a,b] [--out F]
+    .venv/bin/python bench/repeatability.py [--repeat 5] [--scenarios a,b]
+        [--fleet mixed,paced] [--prolog] [--out F]
 """
 
 from __future__ import annotations
@@ -56,12 +72,15 @@ from bench.stall import Stall
 from deploy.minicluster import Cluster, ClusterHandle
 from deploy.minicluster.slots import claim_slot
 from screener import __version__
-from tests.hooked_cluster import SCREENER, write_config
+from tests.hooked_cluster import PACE, PACE_IOPS, SCREENER, write_config
 
 RESULTS = Path(__file__).resolve().parent / "results" / "repeatability.json"
 NODES = 8
 PROBE = {"size_mib": 256, "runtime_s": 2.0, "ramp_s": 0.5}
 SLOW = ("SLOW_READ", "SLOW_WRITE")
+FLEETS = ("mixed", "paced")
+MIXED_SLOWER = (4, 6)  # node05, node07: the mixed fleet's slower drive model
+SLOWER_FACTOR = 0.6
 ROUND1_RE = re.compile(r"round 1: seq read [0-9,.]+ MB/s = ([0-9.]+)x")
 
 # scenario -> (throttled node index -> fraction of the healthy median (reads only), "rw:F"
@@ -88,7 +107,52 @@ SCENARIOS: dict[str, Scenario] = {
         "NOT_SLOW",
         NODES,
     ),
+    # issue 44's mixed-fleet cases
+    "fleet_read_6x": ({i: 1 / 6 for i in range(NODES)}, {}, "NOT_SLOW", NODES),
+    "shared_7of8_reads": ({i: 1 / 6 for i in range(NODES) if i != 4}, {}, "NOT_SLOW", NODES),
+    "pair_3x4x": ({1: 1 / 3, 3: 0.25}, {1: "SLOW", 3: "SLOW"}, "OK", NODES),
+    "mixed_healthy": ({}, {}, "NOT_SLOW", NODES),
 }
+
+# node -> throttle kind -> value: a fleet's healthy state, set before each screen
+Base = dict[str, dict[str, int | str]]
+
+
+def expected(fleet: str, scenario: str, i: int) -> str:
+    """Node ``i``'s expected verdict in ``scenario`` on ``fleet``: the scenario's, but a
+    mixed fleet's 0.6x node that the scenario leaves alone is expected OK."""
+    spec, expect, default, _ = SCENARIOS[scenario]
+    if i in expect:
+        return expect[i]
+    if fleet == "mixed" and i in MIXED_SLOWER and i not in spec:
+        return "OK"
+    return default
+
+
+class Based:
+    """The cluster as bench/stall.py's Stall sees it: healing a node returns it to the
+    fleet's ``base`` throttles (its pace), not to unthrottled."""
+
+    def __init__(self, cluster: ClusterHandle, base: Base) -> None:
+        self.cluster = cluster
+        self.base = base
+
+    def apply(self, node: str | None = None) -> None:
+        """Set the base throttles (of ``node``, or of every node)."""
+        for n, kinds in self.base.items():
+            if node in (None, n):
+                for kind, value in kinds.items():
+                    self.cluster.inject(n, kind, value)
+
+    def inject(self, node: str, kind: str, value: int | str | None = None) -> None:
+        self.cluster.inject(node, kind, value)
+
+    def heal(self, node: str | None = None) -> None:
+        if node is not None and node in self.base:
+            self.apply(node)  # the pace over the fault: never unthrottled meanwhile
+        else:
+            self.cluster.heal(node)
+            self.apply(node)
 
 
 def matches(expected: str, status: str) -> bool:
@@ -161,16 +225,23 @@ def prolog(cluster: ClusterHandle, cfg: Path, count: int = NODES) -> dict[str, A
 
 @contextmanager
 def faults(
-    cluster: ClusterHandle, spec: dict[int, float | str], median: float, wmedian: float
+    cluster: ClusterHandle,
+    spec: dict[int, float | str],
+    median: float,
+    wmedian: float,
+    base: Base | None = None,
 ) -> Iterator[None]:
+    """The fleet's ``base`` throttles, the scenario's faults over them; all healed after."""
+    based = Based(cluster, base or {})
+    based.apply()
     stall: Any = nullcontext()
     for i, how in spec.items():
         node = cluster.nodes[i]
         if how == "stall":
             # reads stop ~150 ms about every second: ~12 % of bandwidth (issue 24)
-            stall = Stall(cluster, node, rate=1_000_000, on_s=0.15, off_s=0.85)
+            stall = Stall(based, node, rate=1_000_000, on_s=0.15, off_s=0.85)
         elif how == "stall_heavy":
-            stall = Stall(cluster, node, rate=1_000_000, on_s=0.5, off_s=1.0)
+            stall = Stall(based, node, rate=1_000_000, on_s=0.5, off_s=1.0)
         elif isinstance(how, str) and how.startswith("rw:"):
             f = float(how[3:])
             cluster.inject(node, "slow_read", f"{int(median * f / 1e6)}M")
@@ -207,6 +278,12 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--scenarios", default=",".join(SCENARIOS))
+    ap.add_argument(
+        "--fleet",
+        default="mixed",
+        help="mixed (unpaced, node05 and node07 at 0.6x), paced (every device at 300 MB/s"
+        " first), or both (mixed,paced: each scenario on both, back to back)",
+    )
     ap.add_argument("--out", type=Path, default=RESULTS, help="results JSON (a subset: elsewhere)")
     ap.add_argument(
         "--shared-history",
@@ -261,7 +338,11 @@ def main() -> int:
     unknown = [s for s in chosen if s not in SCENARIOS]
     if unknown:
         ap.error(f"unknown scenario {unknown[0]!r} (known: {', '.join(SCENARIOS)})")
+    fleets = [f for f in args.fleet.split(",") if f]
+    if not fleets or not set(fleets) <= set(FLEETS) or len(set(fleets)) != len(fleets):
+        ap.error(f"--fleet: {', '.join(FLEETS)} (or both), not {args.fleet!r}")
     rows: list[dict[str, Any]] = []
+    setups: dict[str, dict[str, Any]] = {}
     with claim_slot() as slot, tempfile.TemporaryDirectory() as tmp:
         mc = Cluster(slot.state_dir)
         try:
@@ -297,63 +378,120 @@ def main() -> int:
 
             run = prolog if args.prolog else screen
             # calibrated by `screen` (every job): the prolog's triage writes nothing
-            calib = screen(cluster, config(f"sqlite:///{tmp}/calib.db"))
-            median = statistics.median(n["read_mb_s"] for n in calib["nodes"]) * 1e6
-            wmedian = statistics.median(n["write_mb_s"] for n in calib["nodes"]) * 1e6
-            print(
-                f"healthy median seq read {median / 1e6:,.0f} MB/s, "
-                f"write {wmedian / 1e6:,.0f} MB/s",
-                flush=True,
-            )
+            bases: dict[str, Base] = {}
+            medians: dict[str, tuple[float, float]] = {}
+            for fleet in fleets:
+                base: Base = {}
+                if fleet == "paced":  # as `up --pace` would: reads, writes, 4k read IOPS
+                    every: dict[str, int | str] = {
+                        "slow_read": PACE,
+                        "slow_write": PACE,
+                        "slow_randread": PACE_IOPS,
+                    }
+                    base = {n: dict(every) for n in cluster.nodes}
+                with faults(cluster, {}, 0.0, 0.0, base):  # mixed: all unpaced here
+                    calib = screen(cluster, config(f"sqlite:///{tmp}/calib-{fleet}.db"))
+                median = statistics.median(n["read_mb_s"] for n in calib["nodes"]) * 1e6
+                wmedian = statistics.median(n["write_mb_s"] for n in calib["nodes"]) * 1e6
+                if fleet == "mixed":  # the slower model: 0.6x of the unpaced healthy median
+                    for i in MIXED_SLOWER:
+                        base[cluster.nodes[i]] = {
+                            "slow_read": int(median * SLOWER_FACTOR),
+                            "slow_write": int(wmedian * SLOWER_FACTOR),
+                        }
+                bases[fleet], medians[fleet] = base, (median, wmedian)
+                slower = [cluster.nodes[i] for i in MIXED_SLOWER] if fleet == "mixed" else []
+                print(
+                    f"{fleet} fleet: healthy median seq read {median / 1e6:,.0f} MB/s, "
+                    f"write {wmedian / 1e6:,.0f} MB/s"
+                    + (f"; {', '.join(slower)} at {SLOWER_FACTOR}x" if slower else ""),
+                    flush=True,
+                )
+                setups[fleet] = {
+                    "healthy_median_mb_s": {
+                        "read": round(median / 1e6),
+                        "write": round(wmedian / 1e6),
+                    },
+                    "calibration_read_mb_s": sorted(round(n["read_mb_s"]) for n in calib["nodes"]),
+                    "devices_paced": {"bps": PACE, "read_iops": PACE_IOPS}
+                    if fleet == "paced"
+                    else None,
+                    "slower_nodes": {
+                        n: {
+                            "read_mb_s": round(median * SLOWER_FACTOR / 1e6),
+                            "write_mb_s": round(wmedian * SLOWER_FACTOR / 1e6),
+                        }
+                        for n in slower
+                    },
+                }
             for name in chosen:
-                spec, expect, default, count = SCENARIOS[name]
-                # Each scenario's history mode has its own store, taught by two healthy
-                # screens first: one store across scenarios let shared_7of8 teach its
-                # untouched node an uncontended 12.8 GB/s, and fleet_6x then found that
-                # node at 0.02x its own history (bench/results/repeatability_matrix.json).
-                history_db = f"sqlite:///{tmp}/history-{name}.db"
-                if not args.shared_history:
-                    for _ in range(2):
-                        run(cluster, config(history_db), count)
-                elif name == chosen[0]:
-                    for _ in range(2):
-                        run(cluster, config(f"sqlite:///{tmp}/history.db"))
-                if args.shared_history:
-                    history_db = f"sqlite:///{tmp}/history.db"
-                for mode in ("fresh", "history"):
-                    for rep in range(args.repeat):
-                        fresh_db = f"sqlite:///{tmp}/{name}-{rep}.db"
-                        cfg = config(fresh_db if mode == "fresh" else history_db)
-                        key = (name, mode, rep)
-                        with faults(cluster, spec, median, wmedian):
-                            t0 = time.monotonic()
-                            doc = run(cluster, cfg, count)
-                            wall = round(time.monotonic() - t0, 1)
-                        for v in doc["nodes"]:
-                            i = cluster.nodes.index(v["node"])
-                            want = expect.get(i, default)
-                            rows.append(
-                                {
-                                    "scenario": name,
-                                    "mode": mode,
-                                    "rep": rep,
-                                    "node": v["node"],
-                                    "expected": want,
-                                    "status": v["status"],
-                                    "ok": matches(want, v["status"]),
-                                    **margins(v, vp.z_threshold, vp.min_peer_drop),
-                                    "reason": v.get("reason", "")[:300],
-                                    "screen_wall_s": wall,
-                                    "escalated": v.get("escalated", False),
-                                }
+                spec, _, _, count = SCENARIOS[name]
+                for fleet in fleets:  # back to back: the fleets' figures from one run
+                    base = bases[fleet]
+                    median, wmedian = medians[fleet]
+                    # Each scenario's history mode has its own store, taught by three healthy
+                    # screens first: one store across scenarios let shared_7of8 teach its
+                    # untouched node an uncontended 12.8 GB/s, and fleet_6x then found that
+                    # node at 0.02x its own history (bench/results/repeatability_matrix.json).
+                    history_db = f"sqlite:///{tmp}/history-{fleet}-{name}.db"
+                    if args.shared_history:
+                        history_db = f"sqlite:///{tmp}/history-{fleet}.db"
+                    if not args.shared_history or name == chosen[0]:
+                        for _ in range(
+                            3
+                        ):  # the healthy fleet (its pace, its 0.6x nodes): MIN_HISTORY
+                            with faults(cluster, {}, median, wmedian, base):
+                                run(
+                                    cluster,
+                                    config(history_db),
+                                    NODES if args.shared_history else count,
+                                )
+                    for mode in ("fresh", "history"):
+                        for rep in range(args.repeat):
+                            fresh_db = f"sqlite:///{tmp}/{fleet}-{name}-{rep}.db"
+                            cfg = config(fresh_db if mode == "fresh" else history_db)
+                            key = (fleet, name, mode, rep)
+                            with faults(cluster, spec, median, wmedian, base):
+                                t0 = time.monotonic()
+                                doc = run(cluster, cfg, count)
+                                wall = round(time.monotonic() - t0, 1)
+                            for v in doc["nodes"]:
+                                i = cluster.nodes.index(v["node"])
+                                want = expected(fleet, name, i)
+                                rows.append(
+                                    {
+                                        "fleet": fleet,
+                                        "scenario": name,
+                                        "mode": mode,
+                                        "rep": rep,
+                                        "node": v["node"],
+                                        "expected": want,
+                                        "status": v["status"],
+                                        "ok": matches(want, v["status"]),
+                                        **margins(v, vp.z_threshold, vp.min_peer_drop),
+                                        "reason": v.get("reason", "")[:300],
+                                        "screen_wall_s": wall,
+                                        "escalated": v.get("escalated", False),
+                                    }
+                                )
+                            this = [
+                                r
+                                for r in rows
+                                if (r["fleet"], r["scenario"], r["mode"], r["rep"]) == key
+                            ]
+                            hits = sum(r["ok"] for r in this)
+                            print(
+                                f"{fleet} {name} {mode} {rep}: {hits}/{count} as expected",
+                                flush=True,
                             )
-                        this = [r for r in rows if (r["scenario"], r["mode"], r["rep"]) == key]
-                        hits = sum(r["ok"] for r in this)
-                        print(f"{name} {mode} {rep}: {hits}/{count} as expected", flush=True)
         finally:
             mc.down()
     table = summarise(rows)
     for line in render(table):
+        print(line)
+    for fleet in fleets:
+        setups[fleet]["summary"] = fleet_summary([r for r in rows if r["fleet"] == fleet])
+    for line in render_fleets(setups):
         print(line)
     doc = {
         "benchmark": "repeatability",
@@ -382,7 +520,8 @@ def main() -> int:
         "triage_rand_ramp_s": PrologPolicy().triage_rand_ramp_s if args.prolog else None,
         "repeat": args.repeat,
         "history_store": "shared, in scenario order" if args.shared_history else "per scenario",
-        "healthy_median_mb_s": {"read": round(median / 1e6), "write": round(wmedian / 1e6)},
+        "mixed_slower_nodes": f"node05, node07 at {SLOWER_FACTOR}x (reads and writes)",
+        "fleets": setups,
         "table": table,
         "verdicts": rows,
         "load_average_at_end": [round(x, 1) for x in os.getloadavg()],
@@ -393,15 +532,16 @@ def main() -> int:
 
 
 def summarise(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per scenario, mode and expectation class (the faulty nodes, the rest): hit rate and
-    the margins' median and worst."""
+    """Per fleet, scenario, mode and expectation class (the faulty nodes, the rest): hit
+    rate and the margins' median and worst."""
     out: list[dict[str, Any]] = []
-    keys = sorted({(r["scenario"], r["mode"], r["expected"]) for r in rows}, key=str)
-    for scenario, mode, expected in keys:
+    keys = sorted({(r["fleet"], r["scenario"], r["mode"], r["expected"]) for r in rows}, key=str)
+    for fleet, scenario, mode, expected in keys:
         group = [
             r
             for r in rows
-            if (r["scenario"], r["mode"], r["expected"]) == (scenario, mode, expected)
+            if (r["fleet"], r["scenario"], r["mode"], r["expected"])
+            == (fleet, scenario, mode, expected)
         ]
         ratios = [r["ratio"] for r in group if r["ratio"] is not None]
         first = [r["round1_ratio"] for r in group if r.get("round1_ratio") is not None]
@@ -409,6 +549,7 @@ def summarise(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         pick: Callable[[list[float]], float] = max if expected in ("SLOW", "FLAGGED") else min
         out.append(
             {
+                "fleet": fleet,
                 "scenario": scenario,
                 "mode": mode,
                 "expected": expected,
@@ -432,19 +573,65 @@ def _count(items: Iterator[str] | Any) -> dict[str, int]:
 
 def render(table: list[dict[str, Any]]) -> list[str]:
     head = (
-        f"{'scenario':<13} {'mode':<8} {'expected':<9} {'as expected':>11} "
+        f"{'fleet':<6} {'scenario':<18} {'mode':<8} {'expected':<9} {'as expected':>11} "
         f"{'ratio med':>9} {'worst':>6} {'r1 med':>6} {'r1 wst':>6}  statuses"
     )
     lines = [head, "-" * len(head)]
     for t in table:
         lines.append(
-            f"{t['scenario']:<13} {t['mode']:<8} {t['expected']:<9} {t['as_expected']:>11} "
+            f"{t['fleet']:<6} {t['scenario']:<18} {t['mode']:<8} {t['expected']:<9} "
+            f"{t['as_expected']:>11} "
             f"{t['ratio_median'] if t['ratio_median'] is not None else '-':>9} "
             f"{t['ratio_worst'] if t['ratio_worst'] is not None else '-':>6} "
             f"{t.get('round1_median') if t.get('round1_median') is not None else '-':>6} "
             f"{t.get('round1_worst') if t.get('round1_worst') is not None else '-':>6}  "
             + ", ".join(f"{k} {v}" for k, v in t["statuses"].items())
         )
+    return lines
+
+
+def fleet_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """One fleet's record: expected-SLOW nodes caught (n/N), stallers flagged (n/N), and the
+    healthy nodes (expected OK or not SLOW) that came out SLOW; overall and per mode."""
+
+    def record(group: list[dict[str, Any]]) -> dict[str, Any]:
+        slow = [r for r in group if r["expected"] == "SLOW"]
+        stall = [r for r in group if r["expected"] == "FLAGGED"]
+        healthy = [r for r in group if r["expected"] in ("OK", "NOT_SLOW")]
+        wrong = [r for r in healthy if r["status"] in SLOW]
+        return {
+            "expected_slow_caught": f"{sum(r['status'] in SLOW for r in slow)}/{len(slow)}",
+            "stallers_flagged": f"{sum(r['status'] != 'OK' for r in stall)}/{len(stall)}",
+            "healthy_slow": len(wrong),
+            "healthy_nodes": len(healthy),
+            "healthy_slow_where": sorted(
+                {f"{r['scenario']} {r['mode']} {r['node']}" for r in wrong}
+            ),
+        }
+
+    modes = sorted({r["mode"] for r in rows})
+    return {
+        **record(rows),
+        "by_mode": {m: record([r for r in rows if r["mode"] == m]) for m in modes},
+    }
+
+
+def render_fleets(setups: dict[str, dict[str, Any]]) -> list[str]:
+    head = (
+        f"{'fleet':<6} {'mode':<8} {'expected-SLOW caught':>20} {'stallers flagged':>16} "
+        f"{'healthy SLOW':>14}"
+    )
+    lines = [head, "-" * len(head)]
+    for fleet, setup in setups.items():
+        s = setup.get("summary")
+        if s is None:
+            continue
+        for mode, r in [("all", s), *s["by_mode"].items()]:
+            lines.append(
+                f"{fleet:<6} {mode:<8} {r['expected_slow_caught']:>20} "
+                f"{r['stallers_flagged']:>16} "
+                f"{str(r['healthy_slow']) + '/' + str(r['healthy_nodes']):>14}"
+            )
     return lines
 
 

@@ -104,9 +104,11 @@ def start_hookd(sock: str | Path) -> subprocess.Popen[str]:
 
 
 def hooked_cluster(
-    directory: Path, config: Path, nodes: int = 6, hookd: str = "off"
+    directory: Path, config: Path, nodes: int = 6, hookd: str = "off", paced: bool = True
 ) -> Iterator[ClusterHandle]:
-    """Bring up a cluster in a free slot with screener's hooks; down at the end."""
+    """Bring up a cluster in a free slot with screener's hooks; down at the end. ``paced``
+    False: the devices run unpaced (no `up --pace`: heal leaves them unthrottled), for a
+    bench that paces some nodes itself (bench/time_to_start.py's mixed fleet)."""
     prolog = hook_script(directory, "prolog-slurmctld", config, hookd)
     epilog = hook_script(directory, "epilog-slurmctld", config, hookd)
     with claim_slot() as slot:
@@ -122,8 +124,8 @@ def hooked_cluster(
                 slurm_version=slurm_version_under_test(),
                 # every device at one pace: healthy nodes read alike and probes leave the
                 # 2 shared cores to the other workers (a 6-node screen: 15 -> 6 CPU s)
-                pace=PACE,
-                pace_iops=PACE_IOPS,
+                pace=PACE if paced else None,
+                pace_iops=PACE_IOPS if paced else None,
             )
             yield ClusterHandle(mc, info)
         finally:
@@ -328,10 +330,17 @@ def site_info(cluster: ClusterHandle, d: Path, tmp_path: Path, **sections: Any) 
     return info
 
 
-def seen_by_the_sweep(cluster: ClusterHandle, config: Path, db: str, mb_s: float = 300.0) -> None:
-    """Every node's full-probe baseline of two hours ago at ``mb_s`` (PACE), as a site's
-    sweeps leave it: not fresh (every prolog probes) but history, so the prolog's triage
-    has a yardstick besides the peers (store.history.past_figures)."""
+def seen_by_the_sweep(
+    cluster: ClusterHandle,
+    config: Path,
+    db: str,
+    mb_s: float = 300.0,
+    per_node: dict[str, float] | None = None,
+) -> None:
+    """Every node's full-probe baseline of two hours ago at ``mb_s`` (PACE), or at its own
+    rate in ``per_node`` (MB/s, a mixed fleet), as a site's sweeps leave it: not fresh
+    (every prolog probes) but history, so the prolog's triage has a yardstick besides the
+    peers (store.history.past_figures)."""
     from datetime import UTC, datetime, timedelta
 
     from screener.policy import load_policy
@@ -344,7 +353,14 @@ def seen_by_the_sweep(cluster: ClusterHandle, config: Path, db: str, mb_s: float
         when = datetime.now(UTC) - timedelta(hours=2)
         run = store.start_run(Trigger.SWEEP, list(cluster.nodes), {}, None, cluster.hostlist, when)
         seen = tuple(
-            Verdict(n, Status.OK, "within peers", read_mb_s=mb_s, recipe=recipe, baseline=True)
+            Verdict(
+                n,
+                Status.OK,
+                "within peers",
+                read_mb_s=(per_node or {}).get(n, mb_s),
+                recipe=recipe,
+                baseline=True,
+            )
             for n in cluster.nodes
         )
         store.record_verdicts(run, RunSummary(verdicts=seen))
