@@ -129,16 +129,19 @@ def decided(summary: RunSummary, sure: Mapping[str, str]) -> RunSummary:
 def references(summary: RunSummary, count: int) -> list[str]:
     """Healthy nodes to re-probe beside the suspects, so round 2 is judged on round-2 figures.
 
-    As many as there are suspects and at least ``count`` (0 = none), the baseline nodes
-    (OK, or absolved by a shared cause) closest to the peer median first: the suspects can
-    then never be a majority of round 2 unless the references are slow too.
+    Twice as many as there are suspects plus one and at least ``count`` (0 = none), the
+    baseline nodes (OK, or absolved by a shared cause) closest to the peer median first:
+    the suspects are then under a third of round 2 unless the references are slow too, as
+    in the prolog's escalation (issue 44: two 0.6x nodes beside three references made 40%
+    of round 2; with fewer nodes sharing the emulated host, the references read 1.4-1.8x
+    faster than in round 1 and both nodes read 0.27-0.38x).
     """
     if count <= 0:
         return []
     slow = suspects(summary)
     ok = [v for v in summary.verdicts if v.baseline and v.node not in slow]
     ok.sort(key=lambda v: (abs(v.z_read) if v.z_read is not None else 0.0, v.node))
-    return [v.node for v in ok[: max(count, len(slow))]]
+    return [v.node for v in ok[: max(count, 2 * len(slow) + 1)]]
 
 
 def confirm(
