@@ -33,8 +33,8 @@ the mixed fleet's before its two 0.6x nodes are set, the paced fleet's under the
 - mixed_healthy (issue 44): no fault, the fleet alone (in the mixed fleet, its two 0.6x
   nodes); nobody SLOW, the 0.6x nodes OK.
 
-History mode: each scenario gets its own store, taught by three healthy screens first (rules.MIN_HISTORY)
-(``--shared-history``: one store for all, in order, as the first matrix ran).
+History mode: each scenario gets its own store, taught by three healthy screens first
+(rules.MIN_HISTORY; ``--shared-history``: one store for all, in order, as the first matrix ran).
 
 Per scenario, mode and node: how often the verdict came out as expected, and each verdict's
 margin to the deciding thresholds (read / peer median against `min_peer_drop`, robust z

@@ -9,7 +9,7 @@ Cases (``--cases``), each with a new SQLite store (no fresh verdicts: every prol
 - slow: node01 reads at 1/20 of the fleet's healthy rate; the prolog drains it, Slurm
   requeues the job, the second prolog lets the 7 fresh nodes in (sentinel) and probes node09.
 
-Fleets (``--fleet``, both by default, each case and mode run on each in turn, so their
+Fleets (``--fleet``, all by default, each case and mode run on each in turn, so their
 ratios come from one run):
 - paced: every device paced at 300 MB/s and 20,000 read IOPS (tests/hooked_cluster.PACE,
   PACE_IOPS) so the device, not the 2 shared cores, sets each node's rate; the slow node
@@ -20,6 +20,10 @@ ratios come from one run):
   with the bench's full recipe, which judges drains; unpaced rates follow the machine's
   load);
   the slow node reads at 1/20 of that median.
+- paced_mixed: the paced fleet with node05 and node07 at 0.6x the pace: a mixed partition
+  without the unpaced fleet's emulation artifacts (a blkio-throttled node's slices read as
+  stalls and latency tails beside unthrottled peers; unpaced peers read faster when fewer
+  nodes share the 2 cores, as in a confirmation round).
 With the mixed fleet the cluster comes up unpaced and the paced fleet is set by throttles
 (the same blkio limits `up --pace` sets); with the paced fleet alone it comes up paced.
 
@@ -66,6 +70,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -98,7 +103,7 @@ NODES = 10
 ALLOC = 8
 SLOW = "15M"  # 1/20 of PACE
 CASES = ("healthy", "slow")
-FLEETS = ("paced", "mixed")
+FLEETS = ("paced", "mixed", "paced_mixed")
 # the mixed fleet's slower drive model: two healthy nodes, never the slow node01, both in
 # the first allocation (node[01-08]) and the requeued one (node[02-09])
 SLOWER = ("node05", "node07")
@@ -142,6 +147,25 @@ def paced_fleet(cluster: ClusterHandle) -> Fleet:
         {n: dict(every) for n in cluster.nodes},
         SLOW,
         about={"devices_paced": PACE, "pace_iops": PACE_IOPS, "slow_node_read": f"{SLOW}B/s"},
+    )
+
+
+def paced_mixed_fleet(cluster: ClusterHandle) -> Fleet:
+    """The paced fleet with node05 and node07 at SLOWER_FACTOR x the pace: a mixed partition
+    without the unpaced fleet's two emulation artifacts (a throttled node's blkio slices
+    read as stalls and tails beside unthrottled peers, and unpaced peers read faster when
+    fewer nodes share the 2 cores, as in a confirmation round), so what is left is the
+    rules' own behaviour on a fleet whose healthy nodes are not alike."""
+    fleet = paced_fleet(cluster)
+    rate = int(float(PACE.rstrip("M")) * 1e6 * SLOWER_FACTOR)
+    slower = {"slow_read": rate, "slow_write": rate, "slow_randread": PACE_IOPS}
+    pace_mb = float(PACE.rstrip("M"))
+    return Fleet(
+        "paced_mixed",
+        {n: dict(slower) if n in SLOWER else dict(t) for n, t in fleet.throttles.items()},
+        SLOW,
+        {n: pace_mb * (SLOWER_FACTOR if n in SLOWER else 1.0) for n in cluster.nodes},
+        about={**fleet.about, "slower_nodes": {n: f"{rate}B/s" for n in SLOWER}},
     )
 
 
@@ -460,10 +484,12 @@ def main() -> int:
         "--fleet",
         default=",".join(FLEETS),
         help="paced (every device at 300 MB/s), mixed (unpaced, node05 and node07 at 0.6x"
-        " of the healthy median); both by default, side by side",
+        " of the healthy median), paced_mixed (paced, node05 and node07 at 0.6x of it); all"
+        " by default, side by side",
     )
     ap.add_argument("--size-mib", type=int, default=PROBE["size_mib"], help="probe region")
     ap.add_argument("--out", type=Path, default=RESULTS, help="where the JSON goes")
+    ap.add_argument("--keep", type=Path, help="keep the hook logs and stores in this directory")
     args = ap.parse_args()
     PROBE["size_mib"] = args.size_mib
     modes = [m for m in args.modes.split(",") if m]
@@ -486,7 +512,10 @@ def main() -> int:
         raise SystemExit(f"--fleet: {', '.join(FLEETS)}, not {args.fleet!r}")
     rows: list[dict[str, Any]] = []
     setups: dict[str, Fleet] = {}
-    with tempfile.TemporaryDirectory() as tmp:
+    if args.keep is not None:
+        args.keep.mkdir(parents=True, exist_ok=True)
+    kept = tempfile.mkdtemp(dir=args.keep) if args.keep is not None else None
+    with nullcontext(kept) if kept else tempfile.TemporaryDirectory() as tmp:
         d = Path(tmp)
         cfg = d / "screener.toml"
         cfg.write_text("")
@@ -521,6 +550,8 @@ def main() -> int:
                             fleet = (
                                 paced_fleet(cluster)
                                 if f == "paced"
+                                else paced_mixed_fleet(cluster)
+                                if f == "paced_mixed"
                                 else mixed_fleet(cluster, cfg, d)
                             )
                             setups.setdefault(f, fleet)
