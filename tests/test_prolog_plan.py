@@ -345,9 +345,27 @@ def test_no_second_look_without_budget_for_it_and_the_full_probe_nor_after_a_ful
     assert second_look(d, TRIAGE, ON, fits) is not None
     assert second_look(d, TRIAGE, ON, fits - 0.1) is None  # then straight to the full probe
     assert escalation(d, TRIAGE, ON, fits - 0.1).screen is not None
-    # a suspect whose short re-probe passed may stall: the full probe, no second look
-    reprobed = after_screen(summary(*(ok(n) for n in NODES)), ("node04",), TRIAGE, [], ON)
-    assert reprobed is not None and reprobed.look == ()
+    # a suspect whose short re-probe passed (one tail or stall in 0.5 s: often a loaded
+    # host) gets the look too; any finding on it, a stall mode included, is the full probe's
+    clean = replace(TRIAGE, held=())
+    reprobed = after_screen(summary(*(ok(n) for n in NODES)), ("node04",), clean, [], ON)
+    assert reprobed is not None and reprobed.look == ("node04",)
+    looked = second_look(reprobed, clean, ON, ROOM)
+    assert looked is not None and looked.screen is not None
+    stall = Verdict("node04", Status.DEGRADED, "stalls", 300.0, signals=("stalls",))
+    seen = summary(stall, *(ok(n) for n in looked.screen.nodes[1:]))
+    again = after_screen(seen, (), looked.screen, [], ON)
+    assert again is not None and again.why == ("node04: second look DEGRADED (stalls)",)
+    twice = after_screen(
+        summary(*(ok(n) for n in looked.screen.nodes)), ("node04",), looked.screen, [], ON
+    )
+    assert twice is not None and twice.why == (
+        "node04: slow on the second look, passed its re-probe: transient?",
+    )
+    assert (
+        after_screen(summary(*(ok(n) for n in looked.screen.nodes)), (), looked.screen, [], ON)
+        is None
+    )
     # a low node reading at its own usual place is not in doubt at all
     usual = replace(low, own_place=0.97)
     held = after_screen(summary(usual, *(ok(n) for n in NODES[2:])), (), TRIAGE, [], ON)

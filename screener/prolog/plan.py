@@ -259,7 +259,7 @@ def after_screen(
         also = [*held, *(n for n in failed_beside if n not in held)]
         said = triage.ambiguity(summary, policy, reprobed)  # once: the nodes and their why
         doubt, refs = triage.with_references(summary, policy, triage.in_doubt(list(said), also))
-        look = triage.second_looks(summary, list(said), reprobed)
+        look = triage.second_looks(summary, list(said))
         said.update({n: "held back from the triage" for n in held if n not in said})
     else:
         doubt, refs = triage.with_references(summary, policy, failed_beside)
@@ -279,7 +279,7 @@ def _after_look(
     """After a second look at ``doubt.look``: those still in doubt (in its words), then the
     rest of ``doubt`` (with their why), beside ``doubt``'s references (healthy in the triage,
     enough for all of it); None when the look settled every node and nothing else waits."""
-    still = triage.ambiguity(summary, policy, reprobed, label="second look")
+    still = triage.settled(summary, doubt.look, policy, reprobed)
     looked = [n for n in doubt.look if n in still]
     rest = [n for n in doubt.nodes if n not in doubt.look]
     if not looked and not rest:

@@ -196,13 +196,35 @@ def as_usual(summary: RunSummary, policy: Policy, label: str = "triage") -> list
     ]
 
 
-def second_looks(summary: RunSummary, doubt: Sequence[str], reprobed: Sequence[str]) -> list[str]:
-    """The nodes of ``doubt`` a second short read can settle: those the screen passed (OK)
-    that read low, unusually for them. A DEGRADED node had its short re-probe already (the
-    confirmation round), and one that passed only its re-probe may stall: the full probe's
-    stall and tail witnesses are for those."""
+def second_looks(summary: RunSummary, doubt: Sequence[str]) -> list[str]:
+    """The nodes of ``doubt`` a second short read can settle: those the screen passed (OK),
+    reading unusually low or only after a re-probe (a tail or a stall in one 0.5 s window:
+    on a loaded host a healthy node shows one in many triages and paid the full probe for
+    it; issue 44). A DEGRADED node had its short re-probe already (the confirmation round):
+    the full probe's stall and tail witnesses are for it."""
     passed = {v.node for v in summary.verdicts if v.status == Status.OK}
-    return [n for n in doubt if n in passed and n not in reprobed]
+    return [n for n in doubt if n in passed]
+
+
+def settled(
+    summary: RunSummary, looked: Sequence[str], policy: Policy, reprobed: Sequence[str]
+) -> dict[str, str]:
+    """Of the nodes a second look read (``looked``), those still in doubt, each with why: not
+    plainly OK on the look (any finding, a stall mode included: a node that stalls now and
+    then is the full probe's to judge), passed only after a re-probe again, or reading
+    unusually low again (``ambiguity``, in the look's words)."""
+    said = ambiguity(summary, policy, reprobed, label="second look")
+    verdicts = {v.node: v for v in summary.verdicts}
+    out: dict[str, str] = {}
+    for n in looked:
+        v = verdicts.get(n)
+        if n in said:
+            out[n] = said[n]
+        elif v is None or v.status != Status.OK:
+            status = v.status.value if v is not None else "not read"
+            tags = f" ({', '.join(v.signals)})" if v is not None and v.signals else ""
+            out[n] = f"second look {status}{tags}"
+    return out
 
 
 def _place(v: Verdict) -> float | None:
