@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 from datetime import timedelta
 
+import pytest
 from store_data import at, error_probe, full_probe, verdict
 
 from screener.hooks.drain_rules import plan_drains
@@ -68,9 +69,6 @@ def test_too_few_other_nodes_judged_holds_the_drain_back() -> None:
     few = {"node03": 70 * MB, "node04": 1900 * MB, "node05": 1800 * MB}
     hold, line = judge_small(READ, ["node03"], view(few), 0.34, 3)
     assert hold and "only 2 other partition nodes judged" in line and "nobody drained" in line
-    # a fresh store: figures but no usual level for anyone, so nobody is judged
-    hold, line = judge_small(READ, ["node03"], view(HEALTHY_NOW, {}), 0.34, 3)
-    assert hold and "only 0 other" in line
 
 
 def test_plan_for_small_allocations_uses_the_fleet_not_the_allocation_fraction() -> None:
@@ -129,10 +127,15 @@ def test_newest_figures_see_unfinished_runs_newest_round_first(db_store: Store) 
     db_store.record_probe(new, error_probe("node03"), 1)
     got = records.newest_figures(["node01", "node02", "node03"], at(0.5))
     # node02 too old, node03 failed, node01's round 2 (read and write of that round)
-    assert got == {"node01": (new, {"read": 5e7, "write": p.seq_write.bw_bytes})}
+    assert got == {"node01": (new, {"read": 5e7, "write": p.seq_write.bw_bytes}, None)}
     wider = records.newest_figures(["node01", "node02"], at(1) - timedelta(hours=2))
-    assert wider["node02"] == (old, {"read": p.seq_read.bw_bytes, "write": p.seq_write.bw_bytes})
-    assert wider["node01"][0] == new
+    both = {"read": p.seq_read.bw_bytes, "write": p.seq_write.bw_bytes}
+    assert wider["node02"] == (old, both, None)
+    assert wider["node01"].run_id == new
+    # each round says its recipe: the peer yardstick compares like with like
+    triage = db_store.start_run(Trigger.PROLOG, ["node02"], {}, "8", "node02", at(1))
+    db_store.record_probe(triage, dataclasses.replace(full_probe("node02"), recipe="tri"), 1)
+    assert records.newest_figures(["node02"], at(0.5))["node02"].recipe == "tri"
     assert records.newest_figures([], at(0)) == {}
 
 
@@ -198,3 +201,137 @@ def test_unprobed_in_flight_names_what_concurrent_runs_have_not_stored(db_store:
     db_store.finish_run(late, at(1.1), "failed")  # a run that ended stores nothing more
     assert records.unprobed_in_flight(everyone, at(0.5), own) == set()
     assert records.unprobed_in_flight(everyone, at(0.5), None) == {"node03"}
+
+
+# Issue 44, "day one": a store with no sweep, eight screened 1-node jobs at once on nodes
+# paced at 300 MB/s; seven read alike (OK), node03 reads at 1/25 (write/read 23.9x).
+BURST = {f"node0{i}": bw * MB for i, bw in enumerate([296, 241, 12.6, 188, 275, 302, 260, 310], 1)}
+
+
+def peers(
+    now: dict[str, float], recipes: dict[str, str | None] | None = None, drop: float = 0.25
+) -> FleetView:
+    """The fleet's reads on a store with no usual level for anyone."""
+    return fleet_view(FleetFigures({"read": now}, {"read": {}}, 900, recipes or {}), drop)
+
+
+def test_day_one_the_bursts_figures_are_each_others_yardstick() -> None:
+    v = peers(BURST)
+    assert v.yardstick["read"] == "peers"
+    assert v.judged["read"] == frozenset(BURST) and v.slow["read"] == {"node03"}
+    # node03 against the median of the other seven (275 MB/s), never its own figure
+    assert v.ratio["read"]["node03"] == pytest.approx(12.6 / 275)
+    # node04 (188 MB/s) against the others' median, node03 among them: 0.68x, not slow
+    assert v.ratio["read"]["node04"] == pytest.approx(188 / 275)
+    hold, line = judge_small(READ, ["node03"], v, 0.34, 3)
+    assert not hold
+    assert line == (
+        "fleet: 7 other partition nodes judged (read) within 900s against each other's recent "
+        "figures (no usual level yet); node03 read 0.05x their median (< 0.25): 1 of 8 read "
+        "slow (node03), 7 healthy: not a shared cause"
+    )
+    plan = plan_drains(
+        [("node03", "screener: rd w/r 23.9x r9")], 1, 8, set(), SlurmPolicy(), v, ["node03"]
+    )
+    assert plan.drain == (("node03", "screener: rd w/r 23.9x r9"),) and plan.guard is None
+
+
+def test_a_figure_is_never_its_own_yardstick() -> None:
+    assert peers({"node03": 12.6 * MB}).judged["read"] == frozenset()
+    two = peers({"node03": 12.6 * MB, "node04": 300 * MB})
+    assert two.ratio["read"] == pytest.approx({"node03": 0.042, "node04": 23.8}, rel=0.01)
+    assert two.slow["read"] == {"node03"}
+
+
+def test_a_burst_node_its_verdict_called_slow_but_the_others_do_not_is_held() -> None:
+    """CI's 16-prolog burst: a healthy node starved of the 2 cores was called SLOW with no
+    peers; beside the burst's other figures it is not below 0.25x: no drain on that alone."""
+    starved = {**BURST, "node03": 110 * MB}
+    hold, line = judge_small(READ, ["node03"], peers(starved), 0.34, 3)
+    assert hold
+    assert line.endswith(
+        "; node03 read 0.40x their median (not < 0.25): node03 not slow beside them: no "
+        "evidence but its own run's, nobody drained"
+    )
+    held = plan_drains([("node03", "r")], 1, 8, set(), SlurmPolicy(), peers(starved), ["node03"])
+    assert held.drain == () and held.blocked == ("node03",)
+
+
+def test_a_day_one_burst_all_slow_together_drains_nobody() -> None:
+    """Every node reads 6x slower at once (write/read 6x: each 1-node verdict SLOW): beside
+    each other none is slow, so no verdict is confirmed and nobody is drained."""
+    shared = {n: 50 * MB for n in BURST}
+    hold, line = judge_small(READ, ["node03"], peers(shared), 0.34, 3)
+    assert hold and "node03 read 1.00x their median (not < 0.25)" in line
+    assert line.endswith(
+        "node03 not slow beside them: no evidence but its own run's, nobody drained"
+    )
+
+
+def test_half_the_burst_far_below_the_rest_is_a_shared_cause() -> None:
+    slowed = {n: bw / 25 if n in ("node01", "node02", "node04") else bw for n, bw in BURST.items()}
+    hold, line = judge_small(READ, ["node03"], peers(slowed), 0.34, 3)
+    assert hold and line.endswith(
+        ": 4 of 8 read slow (node[01-04]), 4 healthy (> 0.34): shared cause suspected, "
+        "nobody drained"
+    )
+
+
+def test_too_few_peers_says_exactly_why_nobody_is_drained() -> None:
+    few = {n: BURST[n] for n in ("node01", "node02", "node03")}
+    hold, line = judge_small(READ, ["node03"], peers(few), 0.34, 3)
+    assert hold and line == (
+        "fleet: only 2 other partition nodes judged (read) within 900s against each other's "
+        "recent figures (no usual level yet) (< 3): too little evidence to tell one node from "
+        "a shared cause, nobody drained"
+    )
+    hold, line = judge_small(READ, ["node03"], peers({"node03": 12.6 * MB}), 0.34, 3)
+    assert hold and "only 0 other" in line
+    assert "(< 3; no other partition node probed within the window)" in line
+    # probed with recipes nobody else used (a triage here, a sweep there): not comparable
+    mixed = peers(few, {"node01": "triage", "node02": "sweep", "node03": "full"})
+    hold, line = judge_small(READ, ["node03"], mixed, 0.34, 3)
+    assert hold and "only 0 other" in line
+    assert "(< 3; node[01-02] probed, no other figure of their recipe)" in line
+
+
+def test_peers_of_another_recipe_are_not_the_yardstick() -> None:
+    """Seven triage reads judge each other; node03's full-probe read has no peer of its
+    recipe, so the fleet cannot say it is slow: held, and the line says so."""
+    recipes: dict[str, str | None] = {n: "triage" for n in BURST}
+    recipes["node03"] = "full"
+    v = peers(BURST, recipes)
+    assert v.judged["read"] == frozenset(BURST) - {"node03"} and v.slow["read"] == frozenset()
+    hold, line = judge_small(READ, ["node03"], v, 0.34, 3)
+    assert hold and "node03 read: no figure beside theirs (none, or another recipe)" in line
+
+
+def test_any_usual_level_keeps_the_usual_yardstick() -> None:
+    """One node with a baseline gives the fleet a usual level: every node is judged against
+    it (or its own), as before issue 44, and the line says nothing of each other."""
+    v = fleet_view(
+        FleetFigures({"read": BURST}, {"read": {"node01": [290 * MB, 300 * MB]}}, 900), 0.25
+    )
+    assert v.yardstick["read"] == "usual" and v.slow["read"] == {"node03"}
+    hold, line = judge_small(READ, ["node03"], v, 0.34, 3)
+    assert not hold and line == (
+        "fleet: 1 of 8 partition nodes probed within 900s read slow (node03), 7 healthy: "
+        "not a shared cause"
+    )
+
+
+def test_each_direction_says_its_own_yardstick() -> None:
+    """Reads with a usual level, writes without (triage baselines have no write)."""
+    writes = {n: 300 * MB for n in BURST} | {"node05": 20 * MB}
+    usual = {n: [290 * MB, 300 * MB] for n in BURST}
+    v = fleet_view(FleetFigures({"read": BURST, "write": writes}, {"read": usual}, 900), 0.25)
+    assert v.yardstick == {"read": "usual", "write": "peers"}
+    assert v.slow == {"read": {"node03"}, "write": {"node05"}}
+    new = {"node03": "read", "node05": "write"}
+    hold, line = judge_small(new, ["node03", "node05"], v, 0.34, 3)
+    assert not hold and line == (
+        "fleet: 6 other partition nodes judged (read/write) within 900s (read against usual "
+        "levels, write against each other's recent figures (no usual level yet)); node05 "
+        "write 0.07x their median (< 0.25): 2 of 8 read/write slow (node[03,05]), 6 healthy: "
+        "not a shared cause"
+    )

@@ -204,6 +204,39 @@ def test_shared_cause_drains_the_outlier_and_records_the_absolved(site: dict[str
             assert sorted(e.run_id for e in trips) == [r.id for r in runs], (n, trips)
 
 
+def test_day_one_burst_drains_the_slow_reader_judged_beside_the_others(
+    site: dict[str, Any],
+) -> None:
+    """Issue 44, "day one": a new store (no sweep), a 1-node screened job on every node at
+    once, one node reading at 1/25. Nobody has a usual level; the burst's figures are each
+    other's yardstick, so the reader is drained and its job requeued (it was "only 0 other
+    partition nodes judged", nobody drained)."""
+    cluster = site["cluster"]
+    write_config(
+        site["config"], cluster, site["db"], site["log"],
+        slurm={"partition_max_drain_fraction": 0.2, "max_drain_fraction": 0.34},
+        probe={"seq_iodepth": 8},  # the reader drains 8 queued MiB per read job, not 32
+    )  # fmt: skip
+    slow = cluster.nodes[0]
+    cluster.inject(slow, "slow_read", "12M")  # 1/25 of the 300 MB/s pace
+    # one job per node (select/linear), none pinned: the requeued one runs on a freed node
+    jobs = [_submit(site, nodes=1) for _ in cluster.nodes]
+    finished = [_finished(site, j) for j in jobs]
+    log = site["log"].read_text()
+    assert sorted(job["restart_cnt"] >= 1 for job, _ in finished) == [False] * 4 + [True], log
+    assert all(slow not in ran for _, ran in finished), log
+    others = NODES - 1
+    assert re.search(
+        rf"fleet: {others} other partition nodes judged \(read\) within 900s against each "
+        rf"other's recent figures \(no usual level yet\); {slow} read 0\.0\dx their median "
+        rf"\(< 0\.25\): 1 of {NODES} read slow \({slow}\), {others} healthy: not a shared cause",
+        log,
+    ), log
+    assert f"drained {slow}: screener: rd " in log, log
+    flags = sinfo_nodes(cluster)
+    assert [n for n in cluster.nodes if "DRAIN" in flags[n]["state_flags"]] == [slow], log
+
+
 def test_devices_run_at_the_pace_and_heal_returns_to_it(site: dict[str, Any]) -> None:
     """Hooked clusters start paced (up --pace 300M --pace-iops 20000): healthy nodes read
     alike and probes spare the shared cores; a slow_read overrides the pace, heal restores

@@ -13,6 +13,7 @@ from screener.hooks.drain_rules import (
     absolved,
     drain_reason,
     drainable,
+    far_below,
     may_resume,
     plan_drains,
 )
@@ -126,6 +127,42 @@ def test_guard_allocation_and_partition_limits() -> None:
     busy = plan_drains(one, 8, 10, {"n7", "n8"}, pol)  # 3 of 10 within the window > 0.2
     assert busy.drain == () and busy.guard is not None and "partition" in busy.guard
     assert plan_drains([], 4, 10, {f"n{i}" for i in range(9)}, pol).guard is None
+
+
+def test_a_reader_far_below_the_other_slow_nodes_is_drained_past_the_guard() -> None:
+    """Issue 44 (bench/time_to_start.py, mixed fleet): two 0.6x nodes read 0.44x in the
+    triage beside a 1/20 reader; 3 of 8 slow tripped the guard and the 1/20 reader ran the
+    job. A node over 10x below the other slow nodes is no shared cause: drained apart."""
+    pol = SlurmPolicy(max_drain_fraction=0.34, partition_max_drain_fraction=0.2)
+    three = [
+        Verdict("node01", Status.SLOW_READ, "x", read_mb_s=57.0, confirmed=True),
+        Verdict("node05", Status.SLOW_READ, "x", read_mb_s=605.0, confirmed=True),
+        Verdict("node07", Status.SLOW_READ, "x", read_mb_s=610.0, confirmed=True),
+    ]
+    apart = far_below(three, 10.0)
+    assert apart == {"node01": "reads 57 MB/s, over 10x below the other slow nodes' 608 MB/s"}
+    slow = [(v.node, f"screener: rd {v.node}") for v in three]
+    plan = plan_drains(slow, 8, 100, set(), pol, apart=apart)
+    assert plan.drain == (("node01", "screener: rd node01"),)
+    assert plan.blocked == ("node05", "node07")
+    assert plan.guard == (
+        "guard: 3 of 8 allocated nodes slow (> 0.34): shared cause suspected; node01 reads 57"
+        " MB/s, over 10x below the other slow nodes' 608 MB/s: drained apart, node[05,07] not"
+        " drained"
+    )
+    # a shared cause alone (no node far below the others): nobody, as before
+    assert far_below(three[1:], 10.0) == {} and plan_drains(slow, 8, 100, set(), pol).drain == ()
+    # the partition's limit still holds for the outlier
+    busy = plan_drains(slow, 8, 10, {"n7", "n8"}, pol, apart=apart)
+    assert busy.drain == () and busy.guard is not None and "partition" in busy.guard
+    # outliers beyond the allocation's fraction themselves: nobody
+    many = [Verdict(f"n{i}", Status.SLOW_READ, "x", read_mb_s=5.0) for i in range(3)]
+    many.append(Verdict("n9", Status.SLOW_READ, "x", read_mb_s=600.0))
+    many.append(Verdict("n8", Status.SLOW_READ, "x", read_mb_s=600.0))
+    apart3 = far_below(many, 10.0)
+    assert sorted(apart3) == ["n0", "n1", "n2"]  # each 60x below the others' median 302
+    slow5 = [(v.node, "screener: rd") for v in many]
+    assert plan_drains(slow5, 8, 100, set(), pol, apart=apart3).drain == ()  # 3 of 8 > 0.34
 
 
 def test_partition_guard_counts_a_node_drained_again_once() -> None:

@@ -6,8 +6,10 @@ to screen: hooks/job.py; which nodes the prolog skips: prolog/rules.py.)"""
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Mapping, Sequence, Set
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import datetime
 
 from screener.hooks.fleet_guard import FleetView, judge_small
 from screener.hostlist import fold_nodes
@@ -102,6 +104,7 @@ def plan_drains(
     fleet: FleetView | None = None,
     allocated: Sequence[str] = (),
     directions: Mapping[str, str] | None = None,
+    apart: Mapping[str, str] | None = None,
 ) -> DrainPlan:
     """Apply the mass-drain guard to ``slow`` (node, reason) pairs.
 
@@ -110,6 +113,10 @@ def plan_drains(
     partition's nodes) plus the new ones exceed ``partition_max_drain_fraction``: beyond
     either limit drain nobody (a shared cause is likelier than many bad nodes at once).
     A node drained before, resumed and slow again counts once: it is drained again.
+    Beyond the allocation's fraction, the nodes ``apart`` (node -> why: far below even the
+    other slow nodes, ``outliers``) are still drained when they alone are within it: a
+    shared cause does not explain a node an order of magnitude below it (issue 44: two
+    0.44x nodes tripped the guard and a 0.04x reader ran the job).
 
     An allocation smaller than ``guard_min_allocation`` is no evidence of a shared cause
     (1 of 1 slow says nothing): with ``fleet`` (the partition's recent figures) the fleet
@@ -130,11 +137,20 @@ def plan_drains(
         if hold:
             return DrainPlan(guard=f"guard: {basis}", blocked=names)
     elif allocation > 0 and n / allocation > policy.max_drain_fraction:
-        why = (
+        lead = (
             f"guard: {n} of {allocation} allocated nodes slow "
-            f"(> {policy.max_drain_fraction:g}): shared cause suspected, nobody drained"
+            f"(> {policy.max_drain_fraction:g}): shared cause suspected"
         )
-        return DrainPlan(guard=why, blocked=names)
+        alone = [(node, r) for node, r in slow if node in (apart or {})]
+        if not alone or len(alone) / allocation > policy.max_drain_fraction:
+            return DrainPlan(guard=f"{lead}, nobody drained", blocked=names)
+        kept = tuple(node for node in names if node not in dict(alone))
+        told = "; ".join(f"{node} {(apart or {})[node]}" for node, _ in alone)
+        guard = f"{lead}; {told}: drained apart, {fold_nodes(list(kept))} not drained"
+        plan = plan_drains(alone, allocation, partition, recent_drained, policy)
+        if plan.guard is not None:  # the partition's limit still holds
+            return replace(plan, blocked=names)
+        return replace(plan, guard=guard, blocked=kept)
     counted = set(recent_drained) | set(names)
     if partition > 0 and len(counted) / partition > policy.partition_max_drain_fraction:
         why = (
@@ -144,6 +160,24 @@ def plan_drains(
         )
         return DrainPlan(guard=why, blocked=names, basis=basis)
     return DrainPlan(drain=tuple(slow), basis=basis)
+
+
+def far_below(verdicts: Sequence[Verdict], factor: float) -> dict[str, str]:
+    """Slow readers more than ``factor`` (``shared_outlier_factor``, 10) below the median seq
+    read of the *other* slow nodes, each with why: what a shared cause cannot explain."""
+    reads = {v.node: v.read_mb_s for v in verdicts if v.status == Status.SLOW_READ}
+    out: dict[str, str] = {}
+    for node, mb_s in reads.items():
+        others = [r for n, r in reads.items() if n != node and r is not None]
+        if mb_s is None or not others:
+            continue
+        mid = statistics.median(others)
+        if mb_s * factor < mid:
+            out[node] = (
+                f"reads {mb_s:,.0f} MB/s, over {factor:g}x below the other slow nodes'"
+                f" {mid:,.0f} MB/s"
+            )
+    return out
 
 
 def _counted(recent: Set[str], new: Sequence[str]) -> str:
@@ -156,6 +190,27 @@ def _counted(recent: Set[str], new: Sequence[str]) -> str:
     if fresh := [n for n in new if n not in recent]:
         parts.append(f"{fold_nodes(fresh)} slow now")
     return ", ".join(parts)
+
+
+def tagged_drains(nodes: Sequence[SlurmNode], tag: str, since: datetime) -> frozenset[str]:
+    """The nodes Slurm shows drained by screener at or after ``since``: drained, with a
+    reason that is screener's (``tag``, then a space and what drain_reason or the sweep's
+    soft drain wrote, e.g. ``screener: rd 0.05x peers r42``), set at or after ``since``.
+
+    Why: the partition guard counts screener's drains of the partition within its window
+    (``recent_drained`` of plan_drains), read from the store; with the database down, Slurm's
+    own drains and their reason times (``sinfo -R``) are the record left. A node whose reason
+    time Slurm does not give counts as within the window: an unknown time errs toward fewer
+    drains. Another tag (an admin's reason, the ingest's ``screener-job:``) is not counted,
+    nor a node no longer drained (resumed: Slurm cleared the reason). ``since`` is aware,
+    as ``reason_time`` is (UTC)."""
+    return frozenset(
+        n.name
+        for n in nodes
+        if n.drained
+        and (n.reason == tag or n.reason.startswith(f"{tag} "))
+        and (n.reason_time is None or n.reason_time >= since)
+    )
 
 
 def may_resume(node: SlurmNode, recorded: str | None) -> tuple[bool, str]:

@@ -21,6 +21,7 @@ from screener.hooks.drain_rules import (
     absolved,
     drain_reason,
     drainable,
+    far_below,
     may_resume,
     plan_drains,
     settle_intent,
@@ -77,8 +78,17 @@ def decide_drains(
         recent = records.drains_since(partition_nodes, since)
         if allocated and small_allocation(len(allocated), policy.slurm):
             fleet = _fleet(records, partition_nodes, policy, now)
+    apart = far_below(verdicts, policy.verdict.shared_outlier_factor)
     plan = plan_drains(
-        slow, allocation, len(partition_nodes), recent, policy.slurm, fleet, allocated, directions
+        slow,
+        allocation,
+        len(partition_nodes),
+        recent,
+        policy.slurm,
+        fleet,
+        allocated,
+        directions,
+        apart,
     )
     if not summary.shared_cause:
         return plan
@@ -93,7 +103,8 @@ def _fleet(
     records: SlurmRecords, partition_nodes: Sequence[str], policy: Policy, now: datetime
 ) -> FleetView:
     """The partition's figures of the last ``fleet_window_s`` against its baselines (of runs
-    other than each node's newest: a burst's own figures are never their own yardstick)."""
+    other than each node's newest: a burst's own figures are never their own yardstick); with
+    no baseline in the partition, against each other's (same recipe; fleet_guard.py)."""
     window = policy.slurm.fleet_window_s
     newest = records.newest_figures(partition_nodes, now - timedelta(seconds=window))
     recipe, since = history_window(policy, now)
@@ -102,12 +113,14 @@ def _fleet(
         policy.verdict.history_runs,
         recipe,
         since,
-        skip_runs={n: run for n, (run, _) in newest.items()},
+        skip_runs={n: f.run_id for n, f in newest.items()},
     )
     now_figures = {
-        d: {n: figs[d] for n, (_, figs) in newest.items() if d in figs} for d in DIRECTIONS
+        d: {n: f.figures[d] for n, f in newest.items() if d in f.figures} for d in DIRECTIONS
     }
-    return fleet_view(FleetFigures(now_figures, usual, window), policy.verdict.history_drop)
+    recipes = {n: f.recipe for n, f in newest.items()}
+    figures = FleetFigures(now_figures, usual, window, recipes)
+    return fleet_view(figures, policy.verdict.history_drop)
 
 
 def await_fleet(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import datetime
+from typing import NamedTuple
 
 from sqlalchemy import ColumnElement, ScalarSelect, insert, or_, select, update
 
@@ -25,7 +26,16 @@ from screener.store.tables import (
     VerdictRecord,
 )
 
-__all__ = ["PendingDrain", "SlurmRecords"]
+__all__ = ["NewestFigures", "PendingDrain", "SlurmRecords"]
+
+
+class NewestFigures(NamedTuple):
+    """A node's newest probe round in the fleet window: its run, its seq figures
+    ({"read"/"write": bytes/s}) and the recipe they were taken with."""
+
+    run_id: int
+    figures: dict[str, float]
+    recipe: str | None
 
 
 class SlurmRecords(DrainIntents):
@@ -290,12 +300,11 @@ class SlurmRecords(DrainIntents):
             ).all()
         return {r.name for r in rows}
 
-    def newest_figures(
-        self, nodes: Sequence[str], since: datetime
-    ) -> dict[str, tuple[int, dict[str, float]]]:
+    def newest_figures(self, nodes: Sequence[str], since: datetime) -> dict[str, NewestFigures]:
         """Each node's newest probe round in a run started at or after ``since``, finished or
         not (concurrent prologs store round 1 before they judge, so the fleet guard sees what
-        they measured, hooks/fleet_guard.py): (run id, {"read"/"write": bytes/s})."""
+        they measured, hooks/fleet_guard.py), of any trigger and recipe, whatever its verdict
+        (none yet, OK, SLOW or UNKNOWN); failed probes and fio jobs are left out."""
         if not nodes:
             return {}
         kinds = {"seq_read": "read", "seq_write": "write"}
@@ -305,6 +314,7 @@ class SlurmRecords(DrainIntents):
                     NodeRecord.name,
                     RunRecord.id,
                     NodeProbeRecord.id.label("probe_id"),
+                    NodeProbeRecord.recipe,
                     ProbeJobRecord.kind,
                     ProbeJobRecord.bw_bytes,
                 )
@@ -325,12 +335,13 @@ class SlurmRecords(DrainIntents):
                     NodeProbeRecord.round.desc(),
                 )
             ).all()
-        out: dict[str, tuple[int, dict[str, float]]] = {}
+        out: dict[str, NewestFigures] = {}
         chosen: dict[str, int] = {}  # node -> the probe (round) its figures come from
         for r in rows:
             if chosen.setdefault(r.name, r.probe_id) != r.probe_id:
                 continue  # an older round or run of a node already placed
-            out.setdefault(r.name, (int(r.id), {}))[1][kinds[r.kind]] = float(r.bw_bytes)
+            placed = out.setdefault(r.name, NewestFigures(int(r.id), {}, r.recipe))
+            placed.figures[kinds[r.kind]] = float(r.bw_bytes)
         return out
 
     def usual_figures(
