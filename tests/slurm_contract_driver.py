@@ -5,7 +5,11 @@ and OP nodes|job|drain|resume|release. libslurm reads its config once per proces
 runs here with the cluster's SLURM_CONF; a SlurmError prints {"error": ...} (rc 0), any other
 exception is a traceback and rc 1: the contract test fails on it. ``rest`` reaches slurmrestd
 at the cluster's SCREENER_MINICLUSTER_REST_URL (ClusterInfo.env), with the JWT in
-SCREENER_MINICLUSTER_REST_TOKEN_FILE if there is one.
+SCREENER_MINICLUSTER_REST_TOKEN_FILE if there is one. A node's ``reason_time`` prints as
+ISO 8601 (UTC) or null.
+
+``show_node_reasons`` reads Slurm's own text (``scontrol show node``), the witness the
+contract holds the backends' reason times and users to.
 """
 
 from __future__ import annotations
@@ -13,11 +17,49 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import sys
+from datetime import UTC, datetime, tzinfo
+from typing import Any
 
 from screener.errors import SlurmError
 from screener.policy import SlurmPolicy
 from screener.slurm import select_client
+from screener.slurm.client import SlurmNode
+
+# `Reason=text [user@2026-11-28T13:00:00]`: scontrol prints the reason's time as a local time
+# without a zone, in its own process's zone (TZ, else /etc/localtime)
+_REASON_STAMP = re.compile(r"Reason=(.*?) \[([^@\]\s]*)@([0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:]{8})\]")
+
+
+def show_node_reasons(
+    text: str, zone: tzinfo | None = None
+) -> dict[str, tuple[str, str, datetime]]:
+    """node -> (reason, user, when, aware UTC) of ``scontrol show node`` text (one line per
+    node with -o, or blocks), for nodes with a reason. The time is read in ``zone``, by
+    default Python's local zone: the zone scontrol printed in when run beside this process
+    (on the slurmctld host, the hooks' zone; the emulated cluster's is UTC)."""
+    out: dict[str, tuple[str, str, datetime]] = {}
+    for block in re.split(r"(?m)^(?=NodeName=)", text):
+        name = re.match(r"NodeName=(\S+)", block)
+        stamp = _REASON_STAMP.search(block)
+        if name is None or stamp is None:
+            continue
+        local = datetime.strptime(stamp[3], "%Y-%m-%dT%H:%M:%S")
+        at = local.replace(tzinfo=zone) if zone is not None else local.astimezone()
+        out[name[1]] = (stamp[1], stamp[2], at.astimezone(UTC))
+    return out
+
+
+def node_json(node: SlurmNode) -> dict[str, Any]:
+    """A SlurmNode as the driver prints it: partitions as a set (sinfo -N lists a node's
+    records in no fixed order), the reason's time in ISO 8601."""
+    when = node.reason_time
+    return {
+        **dataclasses.asdict(node),
+        "partitions": sorted(node.partitions),
+        "reason_time": None if when is None else when.isoformat(),
+    }
 
 
 def main(argv: list[str]) -> int:
@@ -37,11 +79,7 @@ def main(argv: list[str]) -> int:
         return 0
     try:
         if op == "nodes":
-            # partitions as a set: sinfo -N lists a node's records in no fixed order
-            out = [
-                {**dataclasses.asdict(n), "partitions": sorted(n.partitions)}
-                for n in client.nodes(args or None)
-            ]
+            out = [node_json(n) for n in client.nodes(args or None)]
         elif op == "job":
             job = client.job(args[0])
             out = None if job is None else dataclasses.asdict(job)

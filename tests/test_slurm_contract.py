@@ -3,7 +3,8 @@ emulated cluster: the CLI backend (sinfo/squeue --json, scontrol) and pyslurm (2
 host's 22.05; with SCREENER_TEST_SLURM=24.11 that root's 24.11.0 build, its driver run inside
 the root as the hooks are) must see the same nodes, states, reasons, partitions and job
 fields, and their drains, resumes and releases must show in Slurm's own `sinfo -R`/`squeue`
-text.
+text. After a drain, every backend says when and by whom its reason was set, as Slurm's own
+`scontrol show node` prints it (issue 45).
 
 Each call runs in its own process (tests/slurm_contract_driver.py): libslurm reads its
 config once per process. Passing this suite for a pyslurm release is what puts it in
@@ -15,20 +16,23 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import pwd
 import re
 import subprocess
 import sys
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from deploy.minicluster import ClusterHandle
+from deploy.minicluster import ClusterHandle, argv
 from deploy.minicluster.procs import wait_until
 from screener.slurm.pyslurm_probe import VERIFIED, version_numbers
 from tests.hooked_cluster import SLURM_UNDER_TEST, in_slurm_root, pyslurm_in_root_missing
+from tests.slurm_contract_driver import show_node_reasons
 
 REPO = Path(__file__).resolve().parents[1]
 HAVE_PYSLURM = importlib.util.find_spec("pyslurm") is not None
@@ -212,6 +216,60 @@ def test_drain_and_resume_show_in_sinfo(cluster: ClusterHandle, backend: str) ->
     idle = ["idle"] * 2
     wait(lambda: sinfo_states(cluster, a, b) == idle, "the resumed nodes idle")
     assert all("DRAIN" not in n["states"] for n in both(cluster, "nodes", a, b))
+
+
+# scontrol prints a reason's time as local time without a zone, in its own process's zone:
+# given one far from UTC (a POSIX TZ, no tzdata needed), its text must still name the instant
+# the backends report (epoch seconds, read as UTC)
+SCONTROL_TZ, SCONTROL_ZONE = "XST-5:30", timezone(timedelta(hours=5, minutes=30))
+
+
+def scontrol_reason(cluster: ClusterHandle, node: str) -> tuple[str, str, datetime]:
+    """(reason, user, when) of ``node`` as `scontrol show node -o` prints it, read in the
+    zone scontrol printed it in (SCONTROL_TZ)."""
+    exe = argv.client("scontrol", cluster.info.client_bin)
+    res = subprocess.run(
+        [exe, "show", "node", "-o", node],
+        env={**cluster.env(), "TZ": SCONTROL_TZ},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return show_node_reasons(res.stdout, SCONTROL_ZONE)[node]
+
+
+@pytest.mark.parametrize("backend", WRITERS)
+def test_a_drains_time_and_user_agree_with_scontrol(cluster: ClusterHandle, backend: str) -> None:
+    """A drain through ``backend``; then every backend reports its reason_time (within 1 s
+    of each other and of scontrol's `[user@time]`, inside the drain call) and reason_user
+    (who drained: this process's user, or root's JWT through slurmrestd); a resumed node
+    has neither."""
+    node = cluster.nodes[1]
+    reason = f"{TAG} {backend} at"
+    before = datetime.now(UTC).replace(microsecond=0)  # Slurm keeps whole seconds
+    assert call(cluster, backend, "drain", reason, node) == "ok"
+    after = datetime.now(UTC)
+    said, user, at = scontrol_reason(cluster, node)
+    assert said == reason and before <= at <= after, (said, at, before, after)
+    assert user == ("root" if backend == "rest" else pwd.getpwuid(os.geteuid()).pw_name)
+    seen = {b: call(cluster, b, "nodes", node) for b in BOTH}
+    for b, answer in seen.items():
+        (got,) = answer
+        assert got["reason"] == reason and got["reason_user"] == user, (b, got)
+        when = datetime.fromisoformat(got["reason_time"])
+        assert when.utcoffset() == timedelta(0) and abs(when - at) <= timedelta(seconds=1), (
+            b,
+            got,
+            at,
+        )
+    assert call(cluster, backend, "resume", node) == "ok"
+    for answer in (call(cluster, b, "nodes", node) for b in BOTH):
+        assert (answer[0]["reason"], answer[0]["reason_time"], answer[0]["reason_user"]) == (
+            "",
+            None,
+            "",
+        ), answer
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

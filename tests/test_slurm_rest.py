@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +62,44 @@ def test_nodes_a_drained_one_with_its_reason_and_two_partitions(version: str) ->
     assert set(drained.partitions) == {"debug", "extra"}
     assert nodes["node01"].partitions == ("debug",) and nodes["node01"].busy  # array task 1
     assert nodes["node03"].states == {"IDLE"} and nodes["node03"].reason == ""
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_nodes_reason_changed_at_and_set_by_user(version: str) -> None:
+    """v0.0.42's ``reason_changed_at`` ({"set", "infinite", "number"}) and
+    ``reason_set_by_user``: when and by whom, aware UTC; no reason, no time nor user (the
+    reply says {"set": true, "number": 0} and "" there)."""
+    text = text_of(version, "nodes_one_drained")
+    assert text is not None
+    nodes = {n.name: n for n in nodes_reply(text)}
+    second = {"24.11": 11, "26.05": 17}[version]  # the scenario's drain, as captured
+    assert nodes["node02"].reason_time == datetime(2026, 11, 28, 10, 4, second, tzinfo=UTC)
+    assert nodes["node02"].reason_user == "root"
+    assert all(
+        (nodes[n].reason_time, nodes[n].reason_user) == (None, "") for n in ("node01", "node03")
+    )
+    raw = json.loads(text)
+    for changed in (
+        {"set": False, "infinite": False, "number": 1795860251},
+        {"set": True, "infinite": True, "number": 0},
+        None,
+    ):
+        raw["nodes"][1]["reason_changed_at"] = changed
+        (node,) = [n for n in nodes_reply(json.dumps(raw)) if n.name == "node02"]
+        assert node.reason == REASON and node.reason_time is None, changed  # unknown time
+
+
+def test_nodes_after_a_rest_drain_carry_its_time_and_user() -> None:
+    """24.11's slurmrestd drained node01 and node03 in one POST as root, after node02's
+    drain: one time for both, not before node02's, the user the request ran as."""
+    text = text_of("24.11", "nodes_after_drain")
+    assert text is not None
+    nodes = {n.name: n for n in nodes_reply(text)}
+    one, three, two = (nodes[n] for n in ("node01", "node03", "node02"))
+    assert one.reason == three.reason == "screener: contract"
+    assert one.reason_time == three.reason_time and one.reason_user == three.reason_user == "root"
+    assert one.reason_time is not None and two.reason_time is not None
+    assert timedelta(0) <= one.reason_time - two.reason_time <= timedelta(seconds=5)
 
 
 @pytest.mark.parametrize("version", VERSIONS)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Protocol
 
 from screener.errors import SlurmError
@@ -40,6 +41,11 @@ class SlurmNode:
     states: frozenset[str]
     reason: str = ""
     partitions: tuple[str, ...] = ()
+    # When the reason was set and by whom (`sinfo -R`'s TIMESTAMP and USER), from Slurm's
+    # epoch seconds as aware UTC (screener.slurm.parse.epoch_time); None and "" when there is
+    # no reason, or Slurm does not say. Every backend fills them alike (the Slurm contract).
+    reason_time: datetime | None = None
+    reason_user: str = ""
 
     @property
     def drained(self) -> bool:

@@ -10,6 +10,21 @@ Shapes handled (captured samples in tests/data/slurm/):
 - jobs: ``job_state`` a string or a list, ``comment`` a string or an object with ``job``;
   captured from real 24.11/26.05 in tests/data/slurm/<V>/ (tests/test_slurm_versions_parse.py).
 
+When a node's reason was set, and by whom (``SlurmNode.reason_time``/``reason_user``):
+22.05 node records have ``reason_changed_at`` (epoch seconds) and ``reason_set_by_user``;
+24.11's ``sinfo --json`` records ``reason: {description, time, user}``, 26.05's ``reason:
+{description, time}`` beside ``reason_set_by_user``; slurmrestd v0.0.42 ``reason_changed_at``
+as ``{"set", "infinite", "number"}``; pyslurm ``reason_time`` and ``reason_user``
+(pyslurm_backend.py). All are epoch seconds, read as aware UTC: no time zone is assumed.
+Slurm's text output (``scontrol show node``'s ``Reason=text [user@2026-11-28T13:00:00]``,
+``sinfo -R``) prints the same instant as a local time without a zone, in the zone of the
+process that prints it (its TZ, else /etc/localtime): on the slurmctld host, where the hooks
+run, the local time of Python there. The emulated cluster runs in UTC (the captured 24.11 and
+26.05 ``sinfo_drained.json`` times are the ``scontrol_show_node_drained.txt`` stamps read as
+UTC). screener reads no such text; the Slurm contract does, as Slurm's own witness
+(tests/slurm_contract_driver.py ``show_node_reasons``). A node without a reason has no time
+and no user, whatever Slurm prints there (24.11 says ``root`` at time 0, 26.05 ``""``).
+
 Contract (fuzzed in tests/test_fuzz_parsers.py): whatever the text, the result is a list of
 valid records or a one-line SlurmError; never another exception. Optional fields that are
 missing or null take their default; a field of the wrong type is a SlurmError.
@@ -18,6 +33,7 @@ missing or null take their default; a field of the wrong type is a SlurmError.
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from typing import Any
 
 from screener.errors import ConfigError, SlurmError
@@ -26,6 +42,8 @@ from screener.slurm.client import SlurmJob, SlurmNode
 from screener.slurm.job_id import JobKey
 
 _STATE_SUFFIXES = "*~#!%$@^-"
+# Slurm's NO_VAL and INFINITE as 32-bit times: not a time
+_NOT_A_TIME = 0xFFFFFFFE
 # 22.05 printed a job's state as one word, job_state_string(): the first of these flags the
 # job carries, else its base state. 23.02+ print a list, base state first (["PENDING",
 # "COMPLETING"]: requeued by a failed prolog, its EpilogSlurmctld still running). Read the
@@ -121,6 +139,31 @@ def node_states(state: Any, flags: Any) -> frozenset[str]:
     return frozenset(s for s in states if s)  # "%" alone is a suffix of nothing: no state
 
 
+def epoch_time(value: Any) -> datetime | None:
+    """Epoch seconds, plain or ``{"set", "infinite", "number"}``, as an aware UTC datetime;
+    None when unset (null, 0, not set), infinite, or out of range: an unknown time."""
+    if isinstance(value, dict) and value.get("infinite"):
+        return None
+    seconds = _optional(value)
+    if seconds is None or not 0 < seconds < _NOT_A_TIME:
+        return None
+    return datetime.fromtimestamp(seconds, UTC)
+
+
+def node_reason(rec: dict[str, Any]) -> tuple[str, datetime | None, str]:
+    """(reason, when it was set, by whom) of a node record or an ``sinfo --json`` record,
+    any shape above; no time and no user when there is no reason."""
+    raw = rec.get("reason")
+    reason = _text(raw)
+    if not reason:
+        return "", None, ""
+    inner = raw if isinstance(raw, dict) else {}
+    changed = rec.get("reason_changed_at")
+    when = epoch_time(inner.get("time") if changed is None else changed)
+    user = _text(rec.get("reason_set_by_user")) or _text(inner.get("user"))
+    return reason, when, user
+
+
 def _partitions(value: Any, what: str) -> tuple[str, ...]:
     """Partition names: a list (of names or objects) or a comma-separated string."""
     if isinstance(value, str):
@@ -137,11 +180,14 @@ def parse_sinfo(text: str, what: str = "sinfo --json") -> list[SlurmNode]:
         for raw in data["nodes"]:
             rec = _obj(raw, f"{what}: a node record")
             name = node_name(rec.get("name"), what)
+            reason, when, user = node_reason(rec)
             found[name] = SlurmNode(
                 name=name,
                 states=node_states(rec.get("state"), rec.get("state_flags")),
-                reason=_text(rec.get("reason")),
+                reason=reason,
                 partitions=_partitions(rec.get("partitions"), f"{what}: partitions of {name}"),
+                reason_time=when,
+                reason_user=user,
             )
     elif isinstance(data.get("sinfo"), list):
         for raw in data["sinfo"]:
@@ -150,7 +196,7 @@ def parse_sinfo(text: str, what: str = "sinfo --json") -> list[SlurmNode]:
             names = _items(nodes.get("nodes"), f"{what}: sinfo[].nodes.nodes")
             states = node_states(_obj(rec.get("node"), f"{what}: sinfo[].node").get("state"), None)
             part = _text(_obj(rec.get("partition"), f"{what}: sinfo[].partition").get("name"))
-            reason = _text(rec.get("reason"))
+            reason, when, user = node_reason(rec)
             if reason and len(names) > 1:
                 # without -N (--Node), 23.02+ group nodes whose reasons differ in one record
                 # carrying the first node's reason: an admin's drain beside screener's read
@@ -162,7 +208,7 @@ def parse_sinfo(text: str, what: str = "sinfo --json") -> list[SlurmNode]:
                 name = node_name(one, what)
                 old = found.get(name)
                 parts = (*old.partitions, part) if old and part else ((part,) if part else ())
-                found[name] = SlurmNode(name, states, reason, parts)
+                found[name] = SlurmNode(name, states, reason, parts, when, user)
     else:
         raise SlurmError(f"{what} printed neither 'nodes' nor 'sinfo'")
     return [found[n] for n in sorted(found)]

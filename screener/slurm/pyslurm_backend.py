@@ -20,7 +20,7 @@ from screener.errors import SlurmError
 from screener.hostlist import fold_nodes
 from screener.slurm.client import SlurmJob, SlurmNode, check_job_id, check_reason
 from screener.slurm.job_id import JobKey, JobRef, match_job, parse_job_id
-from screener.slurm.parse import job_nodes, node_name, one_line
+from screener.slurm.parse import epoch_time, job_nodes, node_name, one_line
 from screener.slurm.parse import node_states as flag_set
 
 T = TypeVar("T")
@@ -56,11 +56,14 @@ class PyslurmClient:
             name = node_name(str(node.name or ""), "pyslurm")
             if wanted is not None and name not in wanted:
                 continue
+            reason = str(node.reason or "")
             out[name] = SlurmNode(
                 name=name,
                 states=node_states(str(node.state or "")),
-                reason=str(node.reason or ""),
+                reason=reason,
                 partitions=tuple(str(p) for p in (node.partitions or ()) if p),
+                reason_time=epoch_time(node.reason_time) if reason else None,
+                reason_user=_reason_user(node) if reason else "",
             )
         return [out[n] for n in sorted(out)]
 
@@ -106,6 +109,16 @@ class PyslurmClient:
         hostlist = fold_nodes(nodes)  # validated names as one Slurm hostlist: one RPC
         change = self.mod.Node(**changes)
         self._call(f"update {hostlist}", lambda: self.mod.Node(hostlist).modify(change))
+
+
+def _reason_user(node: Any) -> str:
+    """Who set the node's reason: pyslurm's ``reason_user`` (the reason's uid looked up in
+    the passwd table Nodes.load read); "" for a uid without a name (pyslurm raises
+    KeyError), where the CLI and slurmrestd print slurmctld's own lookup of it."""
+    try:
+        return str(node.reason_user or "")
+    except (KeyError, ValueError, OverflowError):
+        return ""
 
 
 def _key_of(job: Any) -> JobKey:

@@ -91,7 +91,9 @@ def error_line(error: Any) -> str:
 
 
 def nodes_reply(text: str) -> list[SlurmNode]:
-    """Every node of a ``GET /nodes/`` reply, sorted by name."""
+    """Every node of a ``GET /nodes/`` reply, sorted by name; ``reason_changed_at``
+    (``{"set", "infinite", "number"}``) and ``reason_set_by_user`` give each reason's time and
+    user (screener.slurm.parse.node_reason)."""
     return parse_sinfo(text, f"slurmrestd GET {API}/nodes/")
 
 
