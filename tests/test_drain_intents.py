@@ -211,6 +211,36 @@ def test_a_live_runs_drain_and_a_settled_one_are_not_drained_twice(
         assert [e.action for e in store.node_events(node)] == ["drain", "drain_pending"]
 
 
+def test_a_guarded_plan_drains_the_node_far_below_and_holds_the_others(
+    cluster: Any, tmp_path: Path
+) -> None:
+    """Issue 44: the guard held two 0.44x nodes and let the 1/20 reader be "drained apart",
+    yet apply_drains drained nobody once the plan carried a guard line (the reader ran the
+    job). Now the held nodes get guard_trip events and the one apart is drained in Slurm."""
+    db = f"sqlite:///{tmp_path}/screener.db"
+    far, held = cluster.nodes[0], (cluster.nodes[1], cluster.nodes[3])
+    guard = "guard: 3 of 8 allocated nodes slow (> 0.34): shared cause suspected; ..."
+    env = cluster.env()
+    logs: list[str] = []
+    with pytest.MonkeyPatch.context() as mp, open_store(db, upgrade=True) as store:
+        for k, v in env.items():
+            mp.setenv(k, v)
+        rec = SlurmRecords(store)
+        run = _run(store, far)
+        plan = DrainPlan(drain=((far, "screener: rd 0.04x peers r1"),), guard=guard, blocked=held)
+        ctx = DrainContext(CliSlurm(), rec, run, Trigger.PROLOG, None, NOW, False, logs.append)
+        try:
+            assert apply_drains(plan, ctx) == [far], logs
+            assert logs[0] == guard and f"drained {far}: screener: rd 0.04x peers r1" in logs
+            nodes = sinfo_nodes(cluster)
+            assert nodes[far]["reason"] == "screener: rd 0.04x peers r1"
+            assert not any("DRAIN" in nodes[n]["state_flags"] for n in held), nodes
+            assert [e.action for e in store.node_events(far)] == ["drain", "drain_pending"]
+            assert all([e.action for e in store.node_events(n)] == ["guard_trip"] for n in held)
+        finally:
+            cluster.slurm("scontrol", "update", f"nodename={far}", "state=resume")
+
+
 def test_acting_holds_the_actions_lock_reentrantly(store: Store, tmp_path: Path) -> None:
     """`acting` (prolog/sweep: decide + apply under one lock) lets apply_drains re-take it,
     while another process cannot (tests/test_concurrency.py covers the other process)."""

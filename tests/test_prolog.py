@@ -349,7 +349,7 @@ def test_triage_sends_a_close_call_to_the_full_probe(site: dict[str, Any]) -> No
     policy = load_policy(site["config"])
     short = recipe_fingerprint(triage_policy(policy).probe)
     full = recipe_fingerprint(policy.probe)
-    runs = _prolog_runs(site["db"], job_id)
+    runs = _between_a_second_look(_prolog_runs(site["db"], job_id), short, log)
     assert [recipes for _, recipes, _ in runs] == [{short}, {full}], (runs, log)
     assert [mode for _, _, mode in runs] == [PROLOG_PROBES["triage"], PROLOG_PROBES["escalated"]]
     assert len(runs[0][0]) == 4 and node in runs[1][0] and len(runs[1][0]) == 4, runs
@@ -377,12 +377,24 @@ def test_triage_holds_back_a_node_the_full_probe_last_doubted(site: dict[str, An
     assert f"triage of {fold_nodes(cluster.nodes[1:5])}; {doubted}: not OK lately" in log, log
     full_of = re.search(r"full probe of (\S+) after the triage, beside ", log)
     assert full_of and doubted in expand_nodeset(full_of.group(1)), log  # (and any ambiguous)
-    runs = _prolog_runs(site["db"], job_id)
     short = recipe_fingerprint(triage_policy(policy).probe)
     full = recipe_fingerprint(policy.probe)
+    runs = _between_a_second_look(_prolog_runs(site["db"], job_id), short, log)
     assert [recipes for _, recipes, _ in runs] == [{short}, {full}], (runs, log)
     assert runs[0][0] == set(others.split(",")) and doubted in runs[1][0], runs
     assert not any("DRAIN" in n["state_flags"] for n in sinfo_nodes(cluster).values())
+
+
+def _between_a_second_look(
+    runs: list[tuple[set[str], set[str | None], str | None]], short: str | None, log: str
+) -> list[tuple[set[str], set[str | None], str | None]]:
+    """The prolog's runs less a second look between the triage and the full probe (a node
+    the triage passed low or after a re-probe on a loaded host, read again first: issue 44),
+    which is checked to be one: the triage's recipe, said in the log."""
+    looks = [r for r in runs[1:-1] if r[2] == PROLOG_PROBES["second_look"]]
+    assert all(r[1] == {short} for r in looks) and len(looks) == len(runs[1:-1]), (runs, log)
+    assert not looks or "second look at " in log, log
+    return [runs[0], runs[-1]] if looks else runs
 
 
 def _seen_by_the_sweep(site: dict[str, Any]) -> None:

@@ -92,3 +92,14 @@ def test_a_triage_without_history_of_its_own_reads_the_full_probes(db_store: Sto
     judged(db_store, 3.5, "n3", 290.0, recipe=recipe_fingerprint(writing.probe))
     every, _ = past_figures(db_store, ["n1", "n3"], short, now, also=(full.probe, writing.probe))
     assert every == {"n1": [300e6], "n3": [290e6]}
+    # issue 44: one triage (a requeued job's first attempt) hid three sweeps' full probes,
+    # too few to count (MIN_HISTORY 3): the full probe's count until the triage has three
+    for k, mb_s in enumerate((180.0, 182.0, 181.0)):
+        judged(db_store, 0.1 * k, "n4", mb_s, recipe=recipe_fingerprint(full.probe))
+    judged(db_store, 3.6, "n4", 175.0, recipe=recipe_fingerprint(short.probe))
+    after, _ = past_figures(db_store, ["n4"], short, now, also=(full.probe,))
+    assert after == {"n4": [181e6, 182e6, 180e6]}, after  # newest first
+    for k in range(2):
+        judged(db_store, 3.7 + 0.1 * k, "n4", 176.0, recipe=recipe_fingerprint(short.probe))
+    own3, _ = past_figures(db_store, ["n4"], short, at(5), also=(full.probe,))
+    assert own3 == {"n4": [176e6, 176e6, 175e6]}

@@ -201,7 +201,9 @@ def _drain_all(plan: DrainPlan, ctx: DrainContext) -> list[str]:
                 records.set_guard_reason(run_id, _guard_reason(plan))
             for node in plan.blocked:
                 store.record_event(node, "guard_trip", plan.guard, now, run_id)
-        return []
+        if not plan.drain:
+            return []
+        # else the guard held back the others and lets a node far below them be drained
     drained: list[str] = []
     others = _drained_by_screener(client, records, [n for n, _ in plan.drain]) if records else {}
     for node, reason in plan.drain:

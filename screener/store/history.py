@@ -23,6 +23,7 @@ from screener.policy import Policy, ProbePolicy
 from screener.probe.fio import recipe_fingerprint
 from screener.probe_data import FleetFigure, Status
 from screener.store.tables import NodeRecord, VerdictRecord
+from screener.verdict.rules import MIN_HISTORY
 
 
 class StoredFigures(Protocol):
@@ -65,23 +66,32 @@ def past_figures(
     also: Sequence[ProbePolicy] = (),
 ) -> tuple[dict[str, list[float]], list[FleetFigure]]:
     """Own history (same recipe, within the age window) and the fleet's recent figures.
-    With ``also`` (for the prolog's triage: the full probe), a node with no history of this
-    recipe is compared with its history of the first of those it has: the seq read at the
+    With ``also`` (for the prolog's triage: the full probe), a node with too little history
+    of this recipe to count (rules.MIN_HISTORY) is compared with its history of the first
+    of those that has more: the seq read at the
     same block size and depth, another window (the sentinel's yardstick too). Without it, a
     triage on a fleet known only from its sweeps had no history at all."""
     vp = policy.verdict
     recipe = recipe_fingerprint(policy.probe)
     history = own_history(store, nodes, policy, now)
     for probe in also:
-        if all(history.values()):
+        if all(len(h) >= MIN_HISTORY for h in history.values()):
             break
         other = own_history(store, nodes, replace(policy, probe=probe), now)
-        history = {n: history.get(n) or other.get(n, []) for n in nodes}
+        history = {n: _more(history.get(n, []), other.get(n, [])) for n in nodes}
     fleet: list[FleetFigure] = []
     if vp.fleet_window_h > 0 and vp.fleet_max > 0:
         window = now - timedelta(hours=vp.fleet_window_h)
         fleet = store.read_fleet(nodes, recipe, window, vp.fleet_max)
     return history, fleet
+
+
+def _more(mine: list[float], other: list[float]) -> list[float]:
+    """A node's history of this recipe, or of the other when this one has too few to count
+    (rules.MIN_HISTORY) and the other has more: one triage verdict of a requeued job's
+    attempt hid three sweeps' worth of full-probe history, so a slower drive model was a
+    close call again (issue 44)."""
+    return mine if len(mine) >= MIN_HISTORY or len(other) <= len(mine) else other
 
 
 def usable(recipe: str | None, since: datetime | None) -> list[ColumnElement[bool]]:
