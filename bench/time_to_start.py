@@ -329,14 +329,19 @@ def learning(cluster: ClusterHandle, out: Path, log: Path) -> list[float]:
     for _ in range(DD_READINGS_MIN):
         n = str(len(cluster.nodes))
         job_id = sbatch(cluster, "-N", n, "--comment", "screener=on", str(script(out)))
-        wait_job(cluster, job_id, timeout=300)
+        job = wait_or_stuck(cluster, job_id, 300, need=len(cluster.nodes))
+        if job["job_state"] == "NEVER_STARTED":  # a node drained: the fleet cannot learn
+            print(f"learning job {job_id} never started: {job['drained']} drained", flush=True)
+            break
         text = log.read_text() if log.exists() else ""
         walls += [float(w) for j, w in WALL_RE.findall(text) if j == job_id]
     return walls
 
 
-def wait_or_stuck(cluster: ClusterHandle, job_id: str, timeout: float = 600.0) -> dict[str, Any]:
-    """wait_job, but when drains leave fewer than ALLOC nodes the job would pend for ever
+def wait_or_stuck(
+    cluster: ClusterHandle, job_id: str, timeout: float = 600.0, need: int = ALLOC
+) -> dict[str, Any]:
+    """wait_job, but when drains leave fewer than ``need`` nodes the job would pend for ever
     (the mixed fleet's 0.6x nodes drained as slow): cancelled at once, its record with
     job_state NEVER_STARTED; "drained" lists the drained nodes either way."""
     deadline = time.monotonic() + timeout
@@ -353,7 +358,7 @@ def wait_or_stuck(cluster: ClusterHandle, job_id: str, timeout: float = 600.0) -
         if job["job_state"] not in ACTIVE:
             return {**job, "drained": drained()}
         gone = drained()
-        if job["job_state"] == "PENDING" and NODES - len(gone) < ALLOC:
+        if job["job_state"] == "PENDING" and NODES - len(gone) < need:
             cluster.slurm("scancel", job_id)
             wait_job(cluster, job_id, timeout=60)
             return {**job, "job_state": "NEVER_STARTED", "drained": gone}
