@@ -264,12 +264,17 @@ def test_a_drains_time_and_user_agree_with_scontrol(cluster: ClusterHandle, back
             at,
         )
     assert call(cluster, backend, "resume", node) == "ok"
-    for answer in (call(cluster, b, "nodes", node) for b in BOTH):
-        assert (answer[0]["reason"], answer[0]["reason_time"], answer[0]["reason_user"]) == (
-            "",
-            None,
-            "",
-        ), answer
+    wait(lambda: sinfo_states(cluster, node) == ["idle"], "the resumed node idle")
+    # 22.05 and 26.05 clear the reason on resume; 24.11's JSON keeps the last one on the idle
+    # node (measured: IDLE, reason and time unchanged). Either way the node is not drained,
+    # so tagged_drains never counts it, and every backend says the same.
+    answers = [call(cluster, b, "nodes", node)[0] for b in BOTH]
+    assert all("DRAIN" not in a["states"] for a in answers), answers
+    cleared = ("", None, "")
+    kept = (reason, seen[backend][0]["reason_time"], user)
+    told = {(a["reason"], a["reason_time"], a["reason_user"]) for a in answers}
+    assert told in ({cleared}, {kept}), answers
+    assert told == {cleared} or SLURM_UNDER_TEST == "24.11", answers
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
