@@ -203,7 +203,17 @@ def test_a_close_call_twice_is_degraded_never_ok_nor_drained() -> None:
     v = merged.verdicts[0]
     assert v.status == Status.DEGRADED and "borderline" in v.signals, v.reason
     assert "round 1: close call: seq read 1,900 MB/s" in v.reason, v.reason
-    assert drainable(merged, confirm=True) == [] and not v.baseline
+    assert drainable(merged, confirm=True) == []
+    # in the band both rounds: where it reads, so its history (issue 44: a slower drive model
+    # on a paced fleet was borderline on every screen and paid a full probe in every job);
+    # after a slow finding in round 1 (above: 0.3x, then 0.6x) never
+    assert v.baseline and not _reprobed(1800).verdicts[0].baseline
+    # three such screens later it reads at its usual place: no close call, OK
+    probes = spread(8)
+    probes[0] = node("n01", read=1900)
+    history = {p.node: [p.seq_read.bw_bytes] * 3 for p in spread(8) if p.seq_read}
+    learned = evaluate(probes, history | {"n01": [1900 * 1e6] * 3}, POLICY).verdicts[0]
+    assert learned.status == Status.OK and learned.own_place is not None, learned.reason
 
 
 def test_a_close_call_is_no_call_in_a_noisy_fleet() -> None:

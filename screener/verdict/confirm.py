@@ -160,7 +160,8 @@ def confirm(
     Evidence of both rounds counts: a suspect whose re-probe passed the rules but still read
     below ``borderline`` x the round-2 peer median (0 = off) was slow twice, only not
     clearly enough the second time: DEGRADED (signal ``borderline``, not drained, never
-    the fast path), never OK.
+    the fast path), never OK. When round 1 was only a close call its figures are still the
+    node's history: a node in the band round after round learns it as its usual place.
     """
     basis = (
         f"round 2 beside {len(refs)} reference nodes"
@@ -194,7 +195,10 @@ def confirm(
                     v2,
                     status=Status.DEGRADED,
                     reason=text,
-                    baseline=False,
+                    # in the close-call band in both rounds (round 1 only a close call): where
+                    # the node reads, its history, so a slower drive model learns its place
+                    # (rules.close_call); after a slow finding, never
+                    baseline=set(v.signals) == {"close_call"},
                     signals=(*v2.signals, BORDERLINE_TAG),
                 )
             )
