@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -183,18 +185,26 @@ def test_kill_between_phases_is_settled_by_the_next_run(cluster: Any, tmp_path: 
         assert episode[0] == "prolog" and episode[2] is not None  # opened late, closed by resume
 
 
+@contextmanager
+def _on_cluster(cluster: Any, tmp_path: Path) -> Iterator[Store]:
+    """A new SQLite store, with the Slurm client pointed at ``cluster`` (its environment)."""
+    with (
+        pytest.MonkeyPatch.context() as mp,
+        open_store(f"sqlite:///{tmp_path}/screener.db", upgrade=True) as store,
+    ):
+        for k, v in cluster.env().items():
+            mp.setenv(k, v)
+        yield store
+
+
 def test_a_live_runs_drain_and_a_settled_one_are_not_drained_twice(
     cluster: Any, tmp_path: Path
 ) -> None:
     """apply_drains settles earlier intents first, and skips a node another run drained."""
-    db = f"sqlite:///{tmp_path}/screener.db"
     node = cluster.nodes[2]
-    env = cluster.env()
     client = CliSlurm()
     logs: list[str] = []
-    with pytest.MonkeyPatch.context() as mp, open_store(db, upgrade=True) as store:
-        for k, v in env.items():
-            mp.setenv(k, v)
+    with _on_cluster(cluster, tmp_path) as store:
         rec = SlurmRecords(store)
         first = _run(store, node)
         rec.intend_drain(node, "screener: wr 3MB/s r1", NOW, first)
@@ -217,14 +227,10 @@ def test_a_guarded_plan_drains_the_node_far_below_and_holds_the_others(
     """Issue 44: the guard held two 0.44x nodes and let the 1/20 reader be "drained apart",
     yet apply_drains drained nobody once the plan carried a guard line (the reader ran the
     job). Now the held nodes get guard_trip events and the one apart is drained in Slurm."""
-    db = f"sqlite:///{tmp_path}/screener.db"
     far, held = cluster.nodes[0], (cluster.nodes[1], cluster.nodes[3])
     guard = "guard: 3 of 8 allocated nodes slow (> 0.34): shared cause suspected; ..."
-    env = cluster.env()
     logs: list[str] = []
-    with pytest.MonkeyPatch.context() as mp, open_store(db, upgrade=True) as store:
-        for k, v in env.items():
-            mp.setenv(k, v)
+    with _on_cluster(cluster, tmp_path) as store:
         rec = SlurmRecords(store)
         run = _run(store, far)
         plan = DrainPlan(drain=((far, "screener: rd 0.04x peers r1"),), guard=guard, blocked=held)

@@ -141,11 +141,12 @@ def plan_drains(
             f"guard: {n} of {allocation} allocated nodes slow "
             f"(> {policy.max_drain_fraction:g}): shared cause suspected"
         )
-        alone = [(node, r) for node, r in slow if node in (apart or {})]
+        far = apart or {}
+        alone = [(node, r) for node, r in slow if node in far]
         if not alone or len(alone) / allocation > policy.max_drain_fraction:
             return DrainPlan(guard=f"{lead}, nobody drained", blocked=names)
-        kept = tuple(node for node in names if node not in dict(alone))
-        told = "; ".join(f"{node} {(apart or {})[node]}" for node, _ in alone)
+        kept = tuple(node for node in names if node not in far)
+        told = "; ".join(f"{node} {far[node]}" for node, _ in alone)
         guard = f"{lead}; {told}: drained apart, {fold_nodes(list(kept))} not drained"
         plan = plan_drains(alone, allocation, partition, recent_drained, policy)
         if plan.guard is not None:  # the partition's limit still holds
