@@ -91,9 +91,17 @@ class VerdictPolicy:
     # 0.72x in 540 prolog verdicts; a 1/20 reader reads 0.05x in both.
     decisive_ratio: float = 0.1
     drain_read_timeout: bool = False  # fio timed out reading after a normal write: SLOW_READ
+    # Not a config key (INTERNAL_KEYS): set by the prolog's triage (prolog.triage_policy).
+    # A short read's peer-relative finding on a node that reads at its usual place is a
+    # doubt for the full probe, never a drain (verdict.judge.usual_doubt; issue 44).
+    short_read: bool = False
     # Rules in shadow mode (names as RULE_NAMES): evaluated and stored with the verdict
     # ("would have drained"), but they never make a node SLOW (screener/verdict/shadow.py).
     shadow: tuple[str, ...] = ()
+
+
+# Fields set by the code for one screen, never read from a config file.
+INTERNAL_KEYS = frozenset({"verdict.short_read"})
 
 
 # The verdict rules by the signal name each gives a verdict (docs/detection.md): what
@@ -311,7 +319,7 @@ def _section(name: str, cls: type[Any], values: dict[str, Any]) -> Any:
     fields = {f.name: f for f in dataclasses.fields(cls)}
     kwargs: dict[str, Any] = {}
     for key, value in values.items():
-        if key not in fields:
+        if key not in fields or f"{name}.{key}" in INTERNAL_KEYS:
             raise ConfigError(f"unknown config key {name}.{key}")
         default = getattr(cls(), key)
         kwargs[key] = _coerce(f"{name}.{key}", value, default)

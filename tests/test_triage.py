@@ -42,7 +42,10 @@ def test_triage_policy_is_short_and_its_own_recipe() -> None:
     assert probe_duration_s(cold.probe, jobs) == 1.25  # the random read unwarmed
     assert recipe_fingerprint(cold.probe) != recipe_fingerprint(short.probe)  # own history
     assert recipe_fingerprint(short.probe) != recipe_fingerprint(ON.probe)  # own history
-    assert replace(short, probe=ON.probe) == ON  # nothing else changes
+    # nothing else changes, but a short read's relative finding at a node's usual place is
+    # the full probe's to decide (verdict.judge.usual_doubt)
+    assert short.verdict.short_read and not ON.verdict.short_read
+    assert replace(short, probe=ON.probe, verdict=ON.verdict) == ON
     seq_only = triage_policy(replace(ON, prolog=replace(ON.prolog, triage_rand_read=False)))
     assert policy_jobs(seq_only.probe) == ("seq_read",)
     assert policy_jobs(ON.probe) == ("seq_write", "seq_read", "rand_read")  # full probe kept

@@ -8,18 +8,22 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
-from screener.policy import VerdictPolicy
+from screener.errors import ConfigError
+from screener.policy import Policy, VerdictPolicy, load_policy
 from screener.probe.fio import JOBS
 from screener.probe_data import NodeProbe, RunSummary, Status, Verdict
-from screener.verdict.confirm import confirm_jobs, decided, decisive
+from screener.prolog.triage import ambiguous, triage_policy
+from screener.verdict.confirm import confirm_jobs, decided, decisive, is_suspect
 from screener.verdict.judge import confirm, evaluate, judge_round2, references, suspects
 from screener.verdict.rules import borderline_level, peer_stats
 from tests.test_verdict_hold import MB, POLICY, node
 
 IOPS = 4096 / MB  # node(rand=...) takes MB/s of 4 KiB reads
+DEFAULT = Policy()
 
 
 def screen(
@@ -300,3 +304,64 @@ def test_rand_peer_drop_is_the_random_reads_gap() -> None:
     strict = replace(POLICY, rand_peer_drop=0.5)
     v = verdicts(evaluate(probes, {}, strict))["fleet02"]
     assert v.signals == ("peer_rand",) and "0.29x peer median" in v.reason, v.reason
+
+
+# ---- 5. a slower model in a short read: the full probe decides -----------------------------
+
+# The unpaced mixed fleet (bench/time_to_start.py --fleet mixed, 2026-11-28): the triage's
+# QD8 window read the healthy nodes at ~1,790 MB/s and the slower model's two nodes, set at
+# 0.6x by a fixed-rate throttle, at 867 and 847 MB/s (0.48x, 0.47x) with a 5x p99; their
+# sweeps' full probe had read them at 892 and 819 MB/s beside a healthy 1,487 (0.6x, OK).
+# They were drained: node05 on `seq read 0.50x`, node07 on `seq read p99 5x`.
+MIXED_TRIAGE = [1760, 1800, 1830, 1790, 867, 1810, 847, 1775]
+MIXED_USUAL = [1487, 1490, 1480, 1495, 892, 1485, 819, 1488]
+SHORT = replace(POLICY, short_read=True)
+
+
+def _mixed(reads: Sequence[float] = MIXED_TRIAGE) -> tuple[list[NodeProbe], dict[str, list[float]]]:
+    probes = fleet(reads)
+    probes[6] = _tail(probes[6], 5)
+    history = {p.node: [u * MB] * 3 for p, u in zip(probes, MIXED_USUAL, strict=True)}
+    return probes, history
+
+
+def test_a_slower_model_at_its_usual_place_is_the_full_probes_to_decide() -> None:
+    probes, history = _mixed()
+    got = verdicts(screen(probes, history=history, policy=SHORT))
+    for name in ("fleet05", "fleet07"):
+        v = got[name]
+        assert v.status == Status.DEGRADED and v.signals[-1] == "usual_place", v.reason
+        assert not is_suspect(v)  # no second short read: it would say the same
+        assert "reads at its usual place among its peers (0.8" in v.reason, v.reason
+    assert "peer_read" in got["fleet05"].signals and "peer_tail" in got["fleet07"].signals
+    assert slow_ones(screen(probes, history=history, policy=SHORT)) == []
+    summary = screen(probes, history=history, policy=SHORT)
+    assert set(ambiguous(summary, replace(DEFAULT, verdict=SHORT))) == {"fleet05", "fleet07"}
+
+
+def test_without_the_short_read_flag_the_same_figures_are_slow() -> None:
+    """The full probe (and the sweep, ``screener screen``) judges as before: the flag is
+    the triage's alone (prolog.triage_policy sets it)."""
+    probes, history = _mixed()
+    got = verdicts(evaluate(probes, history, POLICY))
+    assert got["fleet05"].status == Status.SLOW_READ and got["fleet07"].status == Status.SLOW_READ
+    assert triage_policy(DEFAULT).verdict.short_read and not DEFAULT.verdict.short_read
+
+
+@pytest.mark.parametrize(("read", "own"), [(90, "0.08"), (430, "0.40")])
+def test_a_slower_model_that_dropped_from_its_place_is_still_slow(read: float, own: str) -> None:
+    """A 1/20 reader, and the slower model at half its usual place (0.24x the peers)."""
+    reads = list(MIXED_TRIAGE)
+    reads[4] = read
+    probes, history = _mixed(reads)
+    v = verdicts(evaluate(probes, history, SHORT))["fleet05"]
+    assert v.status == Status.SLOW_READ and "usual_place" not in v.signals, v.reason
+    assert f"; {own}x its own usual place" in v.reason or "z=" in v.reason, v.reason
+    assert slow_ones(screen(probes, history=history, policy=SHORT)) == ["fleet05"]
+
+
+def test_short_read_is_not_a_config_key(tmp_path: Path) -> None:
+    cfg = tmp_path / "screener.toml"
+    cfg.write_text("[verdict]\nshort_read = true\n")
+    with pytest.raises(ConfigError, match=r"^unknown config key verdict\.short_read$"):
+        load_policy(cfg)

@@ -41,7 +41,9 @@ def triage_policy(policy: Policy) -> Policy:
         seq_write=policy.probe.seq_write and pp.triage_write,
         rand_read=policy.probe.rand_read and pp.triage_rand_read,
     )
-    return replace(policy, probe=probe)
+    # A short read's peer-relative finding on a node at its usual place is a doubt for the
+    # full probe, never a drain (verdict.judge.usual_doubt).
+    return replace(policy, probe=probe, verdict=replace(policy.verdict, short_read=True))
 
 
 def short_read_depth(policy: Policy) -> int:

@@ -15,6 +15,9 @@ SLOW = (Status.SLOW_READ, Status.SLOW_WRITE)
 SHARED_CAUSE_TAG = "shared_cause"
 # Signal of a suspect whose re-probe passed the rules but still read below the borderline
 BORDERLINE_TAG = "borderline"
+# Signal of a short read's peer-relative finding on a node at its usual place among the
+# round (verdict.judge.usual_doubt): DEGRADED, not re-probed, the full probe decides.
+USUAL_PLACE_TAG = "usual_place"
 
 
 # A DEGRADED node with only these signals is not re-probed: facts and a read timeout are
@@ -32,9 +35,13 @@ WRITE_TAGS = frozenset({"peer_write", "abs_write", "ratio"})
 
 
 def is_suspect(v: Verdict) -> bool:
-    """A verdict that a performance rule fired for (SLOW_*, or DEGRADED with slow figures)."""
+    """A verdict that a performance rule fired for (SLOW_*, or DEGRADED with slow figures).
+    Not a short read's finding on a node at its usual place (``USUAL_PLACE_TAG``): another
+    short read would say the same; the full probe decides it (prolog.triage)."""
     return v.status in SLOW or (
-        v.status == Status.DEGRADED and bool(set(v.signals) - NOT_SUSPECT_TAGS)
+        v.status == Status.DEGRADED
+        and USUAL_PLACE_TAG not in v.signals
+        and bool(set(v.signals) - NOT_SUSPECT_TAGS)
     )
 
 

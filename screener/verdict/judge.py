@@ -18,6 +18,7 @@ from screener.probe_data import FleetFigure, NodeProbe, RunSummary, Status, Verd
 from screener.verdict.confirm import (
     SHARED_CAUSE_TAG,
     SLOW,
+    USUAL_PLACE_TAG,
     confirm,
     counts_as_slow,
     is_suspect,
@@ -30,11 +31,13 @@ from screener.verdict.rules import (
     SOFT_TAGS,
     PeerStats,
     TailStats,
+    borderline_level,
     close_call,
     fact_drift,
     fact_problems,
     fmt_iops,
     fmt_mb,
+    fmt_ratio,
     history_level,
     history_ratios,
     history_reason,
@@ -177,6 +180,13 @@ def _judge(
         own_place=own_place(bw, history, history_level) if history_level is not None else None,
     )
     hard = [t for t in r_tags if t not in SOFT_TAGS]
+    if (doubt := usual_doubt(hard, w_tags, figures.own_place, policy)) is not None:
+        return replace(
+            figures,
+            status=Status.DEGRADED,
+            reason="; ".join([*r_why, doubt, *problems, *(f"drift: {d}" for d in drift)]),
+            signals=(*r_tags, USUAL_PLACE_TAG),
+        )
     if not hard and not w_tags and r_tags:
         # Only soft evidence (a stall mode): DEGRADED, probed again next time, never drained.
         parts = r_why + problems + [f"drift: {d}" for d in drift]
@@ -203,6 +213,31 @@ def _judge(
     if problems:
         return replace(figures, status=Status.DEGRADED, reason="; ".join(problems))
     return replace(figures, reason="within peers and thresholds", baseline=True)
+
+
+# The findings that say only "this node reads unlike the round": a slower drive model always
+# does. Floors, the write/read ratio and a drop from its own history say more.
+RELATIVE_TAGS = frozenset({"peer_read", "peer_tail", "slow_ios", "peer_rand", "stalls"})
+
+
+def usual_doubt(
+    hard: Sequence[str], w_tags: Sequence[str], own: float | None, policy: VerdictPolicy
+) -> str | None:
+    """A short read (``policy.short_read``: the prolog's triage and its re-probe) whose only
+    hard findings are peer-relative (``RELATIVE_TAGS``), on a node that reads at its usual
+    place among the round (``own``, ``rules.own_place``, at or above ``borderline_level``):
+    the reason of a DEGRADED doubt that the full probe decides, else None. Issue 44: on an
+    unpaced fleet a healthy slower model read 0.47-0.50x in the triage's QD8 window (its
+    full probe: 0.6x, OK) with a 5x p99 from its throttle, and was drained in 4 of 12 jobs.
+    A node that dropped from its place (a 1/20 reader: 0.05x its usual) is not spared."""
+    if not policy.short_read or own is None or own < borderline_level(policy):
+        return None
+    if not hard or w_tags or not set(hard) <= RELATIVE_TAGS:
+        return None
+    return (
+        f"but it reads at its usual place among its peers ({fmt_ratio(own)}x, >= "
+        f"{borderline_level(policy):.2f}): a short read's finding, the full probe decides"
+    )
 
 
 def _failure(p: NodeProbe, policy: VerdictPolicy) -> Verdict:
