@@ -479,6 +479,7 @@ async def screen(
     t0 = time.monotonic()
     stop_at = None if request.deadline_s is None else t0 + request.deadline_s
     history: dict[str, list[float]] = {}
+    tails: dict[str, list[tuple[float, float]]] = {}
     fleet: list[FleetFigure] = []
     rec = _Recorder(None, None)
     if store is not None:  # a store that fails here fails the screen: nothing measured yet
@@ -486,9 +487,11 @@ async def screen(
         # (measured: `import screener.store.history` after screener.run.local, 5 runs on this
         # 2-core machine under load) for every `screener probe --local` task of a sweep step,
         # which imports this module and never reads history.
-        from screener.store.history import past_figures
+        from screener.store.history import past_figures, past_tails
 
         history, fleet = past_figures(store, nodes, policy, clock.now(), request.history_also)
+        if policy.verdict.short_read:  # where each node's tail usually sits (judge.usual)
+            tails = past_tails(store, nodes, policy, clock.now())
         stored = {**policy.to_dict(), **(request.run_info or {})}
         run_id = store.start_run(
             request.trigger, nodes, stored, request.job_id, nodeset or ",".join(nodes), clock.now()
@@ -502,7 +505,7 @@ async def screen(
         notes = [n for p in first for n in p.notes]
         deep = {n: r for n, r in got.items() if r.steady is not None}
         rec.rounds(got, 1)
-        summary = evaluate(first, history, policy.verdict, fleet)
+        summary = evaluate(first, history, policy.verdict, fleet, tails=tails)
         final = {p.node: p for p in first}
         longest = [_longest(got)]
         again = suspects(summary) if policy.verdict.confirm else []
@@ -527,7 +530,7 @@ async def screen(
             deep.update({n: got2[n] for n in again if got2[n].steady is not None})
             summary = confirm(
                 summary,
-                judge_round2(first, second, refs, history, fleet, policy.verdict),
+                judge_round2(first, second, refs, history, fleet, policy.verdict, tails),
                 refs,
                 borderline_level(policy.verdict),
             )

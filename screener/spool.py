@@ -36,6 +36,14 @@ class _Store(RunStore, Protocol):
 
     def spooled_run(self, uid: str, started_at: datetime | None) -> tuple[int, str] | None: ...
 
+    def read_tails(
+        self,
+        nodes: Sequence[str],
+        limit: int,
+        recipe: str | None = None,
+        since: datetime | None = None,
+    ) -> dict[str, list[tuple[float, float]]]: ...
+
 
 # ------------------------------------------------------------------ (de)serialisation
 
@@ -159,6 +167,21 @@ class SpoolingStore:
         try:
             return self.store.read_histories(nodes, limit, recipe, since)
         except StoreError as exc:  # no history is a weaker verdict, not a lost one
+            self._lose_reads(exc)
+            return {}
+
+    def read_tails(
+        self,
+        nodes: Sequence[str],
+        limit: int,
+        recipe: str | None = None,
+        since: datetime | None = None,
+    ) -> dict[str, list[tuple[float, float]]]:
+        if self.store is None:
+            return {}
+        try:
+            return self.store.read_tails(nodes, limit, recipe, since)
+        except StoreError as exc:  # no usual tails: a short read's tail is the full probe's
             self._lose_reads(exc)
             return {}
 

@@ -6,6 +6,7 @@ import dataclasses
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
@@ -153,6 +154,24 @@ def test_read_history_is_ok_runs_only_newest_first(db_store: Store) -> None:
         "node02": [1234.5e6],
         "nobody": [],
     }
+
+
+def test_read_tails_are_baselines_of_the_recipe_newest_first(db_store: Store) -> None:
+    """The seq-read tails a short read compares with (verdict.usual.tail_ceilings): OK and
+    baseline verdicts only (a DEGRADED usual_place one is a baseline), this recipe only,
+    figures in ns; a verdict without a tail is left out."""
+    rows = [(1, Status.OK, 60.0, "r1", False), (2, Status.SLOW_READ, 900.0, "r1", False)]
+    rows += [(3, Status.DEGRADED, 65.0, "r1", True), (4, Status.OK, 5.0, "r2", False)]
+    for h, st, p99, recipe, base in rows:
+        rid = new_run(db_store, ["node01"], h)
+        v = verdict("node01", st, read_p99_ms=p99, read_p999_ms=2 * p99, recipe=recipe)
+        db_store.record_verdicts(rid, RunSummary((replace(v, baseline=base),)))
+    rid = new_run(db_store, ["node01"], 5)
+    db_store.record_verdicts(rid, RunSummary((verdict("node01", Status.OK, recipe="r1"),)))
+    got = db_store.read_tails(["node01", "nobody"], 5, "r1")
+    assert got == {"node01": [(65.0e6, 130.0e6), (60.0e6, 120.0e6)], "nobody": []}
+    assert db_store.read_tails(["node01"], 1, "r1") == {"node01": [(65.0e6, 130.0e6)]}
+    assert db_store.read_tails(["node01"], 5, "r2") == {"node01": [(5.0e6, 10.0e6)]}
 
 
 def test_node_history_rows(db_store: Store) -> None:

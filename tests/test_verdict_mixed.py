@@ -18,8 +18,15 @@ from screener.probe.fio import JOBS
 from screener.probe_data import NodeProbe, RunSummary, Status, Verdict
 from screener.prolog.triage import ambiguous, triage_policy
 from screener.verdict.confirm import confirm_jobs, decided, decisive, is_suspect
-from screener.verdict.judge import confirm, evaluate, judge_round2, references, suspects
+from screener.verdict.judge import (
+    confirm,
+    evaluate,
+    judge_round2,
+    references,
+    suspects,
+)
 from screener.verdict.rules import borderline_level, peer_stats
+from screener.verdict.usual import tail_ceilings
 from tests.test_verdict_hold import MB, POLICY, node
 
 IOPS = 4096 / MB  # node(rand=...) takes MB/s of 4 KiB reads
@@ -32,12 +39,13 @@ def screen(
     history: Mapping[str, Sequence[float]] | None = None,
     policy: VerdictPolicy = POLICY,
     jobs: tuple[str, ...] = JOBS,
+    tails: Mapping[str, Sequence[tuple[float, float]]] | None = None,
 ) -> RunSummary:
     """What pipeline.screen does with the verdict functions: round 1; suspects not decided
     re-probed (``again``'s figures, else round 1's) with the jobs confirm_jobs picks, beside
     references; round 2 judged and merged."""
     hist = history or {}
-    summary = evaluate(first, hist, policy)
+    summary = evaluate(first, hist, policy, tails=tails)
     redo = suspects(summary)
     if sure := decisive(summary, len(first), policy):
         summary = decided(summary, sure)
@@ -48,7 +56,7 @@ def screen(
     ran = confirm_jobs(summary, redo, jobs)
     round1 = {p.node: p for p in first}
     second = [_only((again or {}).get(n, round1[n]), ran) for n in [*redo, *refs]]
-    judged = judge_round2(first, second, refs, hist, [], policy)
+    judged = judge_round2(first, second, refs, hist, [], policy, tails)
     return confirm(summary, judged, refs, borderline_level(policy))
 
 
@@ -365,3 +373,67 @@ def test_short_read_is_not_a_config_key(tmp_path: Path) -> None:
     cfg.write_text("[verdict]\nshort_read = true\n")
     with pytest.raises(ConfigError, match=r"^unknown config key verdict\.short_read$"):
         load_policy(cfg)
+
+
+def _learned(
+    probes: Sequence[NodeProbe], times: float = 1.0
+) -> dict[str, list[tuple[float, float]]]:
+    """Each node's tails of 3 earlier triages as its baseline: ``times`` x today's."""
+    out = {}
+    for p in probes:
+        assert p.seq_read is not None
+        out[p.node] = [(p.seq_read.lat_p99_ns * times, p.seq_read.lat_p999_ns * times)] * 3
+    return out
+
+
+def test_a_slower_model_whose_place_and_tail_are_learned_reads_as_usual() -> None:
+    """Three triages later (each DEGRADED usual_place, a baseline, the full probe passing
+    it), the node's place and tail under the triage's own recipe are known: no finding,
+    no full probe. Its figures are history again (baseline)."""
+    probes, _ = _mixed()
+    history = {p.node: [p.seq_read.bw_bytes] * 3 for p in probes if p.seq_read}
+    got = verdicts(screen(probes, history=history, policy=SHORT, tails=_learned(probes)))
+    for name in ("fleet05", "fleet07"):
+        v = got[name]
+        assert v.status == Status.OK and v.baseline and not v.signals, v.reason
+        assert v.reason.startswith("within its usual place among its peers (1.0"), v.reason
+    summary = screen(probes, history=history, policy=SHORT, tails=_learned(probes))
+    assert ambiguous(summary, replace(DEFAULT, verdict=SHORT)) == []
+
+
+def test_a_tail_longer_than_the_nodes_usual_is_still_a_finding() -> None:
+    """fleet07's p99 at 5x the peers was 2.5x its usual (a stall new to it): the full
+    probe's to decide, as before it was learned; within 1.41x of its usual: its own."""
+    probes, _ = _mixed()
+    history = {p.node: [p.seq_read.bw_bytes] * 3 for p in probes if p.seq_read}
+    usual = _learned(probes)
+    usual["fleet07"] = _learned(probes, 1 / 2.5)["fleet07"]
+    v = verdicts(evaluate(probes, history, SHORT, tails=usual))["fleet07"]
+    assert v.status == Status.DEGRADED and "peer_tail" in v.signals, v.reason
+    assert "usual_place" in v.signals and v.baseline
+    usual["fleet07"] = _learned(probes, 1 / 1.3)["fleet07"]
+    assert verdicts(evaluate(probes, history, SHORT, tails=usual))["fleet07"].status == Status.OK
+
+
+def test_a_learned_slower_model_that_drops_is_slow() -> None:
+    reads = list(MIXED_TRIAGE)
+    reads[4] = 300  # 0.17x the peers, 0.35x its usual place
+    probes, _ = _mixed(reads)
+    history = {p.node: [p.seq_read.bw_bytes] * 3 for p in probes if p.seq_read}
+    history["fleet05"] = [867 * MB] * 3
+    v = verdicts(evaluate(probes, history, SHORT, tails=_learned(probes)))["fleet05"]
+    assert v.status == Status.SLOW_READ and not v.baseline, v.reason
+
+
+def test_tail_ceilings_need_min_history_and_follow_a_loaded_round() -> None:
+    probes, _ = _mixed()
+    assert (
+        tail_ceilings(probes, {p.node: _learned(probes)[p.node][:2] for p in probes}, SHORT) == {}
+    )
+    calm = tail_ceilings(probes, _learned(probes), SHORT)
+    loaded = tail_ceilings(probes, _learned(probes, 1 / 2), SHORT)  # every tail 2x today
+    p = probes[0].seq_read
+    assert p is not None
+    assert calm["fleet01"][0] == pytest.approx(p.lat_p99_ns / borderline_level(SHORT))
+    # the round's tails are 2x their usual: everyone's ceiling moves with it
+    assert loaded["fleet01"][0] == pytest.approx(p.lat_p99_ns / 2 * 2 / borderline_level(SHORT))

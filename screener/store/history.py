@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from sqlalchemy import ColumnElement, Select, func, or_, select
 
@@ -86,6 +86,31 @@ def past_figures(
     return history, fleet
 
 
+@runtime_checkable
+class StoredTails(Protocol):
+    """What reading past latency tails needs from a store (the Store, the spool's store)."""
+
+    def read_tails(
+        self,
+        nodes: Sequence[str],
+        limit: int,
+        recipe: str | None = None,
+        since: datetime | None = None,
+    ) -> dict[str, list[tuple[float, float]]]: ...
+
+
+def past_tails(
+    store: object, nodes: Sequence[str], policy: Policy, now: datetime
+) -> dict[str, list[tuple[float, float]]]:
+    """Each node's baseline seq-read tails (p99, p99.9 ns) of this very recipe (never
+    another's: a tail is the recipe's queue depth and window), within the age window. {}
+    from a store that keeps none (a test's fake)."""
+    if not isinstance(store, StoredTails):
+        return {}
+    recipe, since = history_window(policy, now)
+    return store.read_tails(nodes, policy.verdict.history_runs, recipe, since)
+
+
 def _more(mine: list[float], other: list[float]) -> list[float]:
     """A node's history of this recipe, or of the other when this one has too few to count
     (rules.MIN_HISTORY) and the other has more: one triage verdict of a requeued job's
@@ -107,8 +132,14 @@ def usable(recipe: str | None, since: datetime | None) -> list[ColumnElement[boo
     return terms
 
 
-def ranked_per_node(names: Sequence[str], recipe: str | None, since: datetime | None) -> Any:
-    """Subquery: usable verdicts of ``names`` with their rank per node, newest first."""
+def ranked_per_node(
+    names: Sequence[str],
+    recipe: str | None,
+    since: datetime | None,
+    *more: ColumnElement[bool],
+) -> Any:
+    """Subquery: usable verdicts of ``names`` (and ``more`` terms) with their rank per
+    node, newest first."""
     newest_first = func.row_number().over(
         partition_by=VerdictRecord.node_id,
         order_by=(VerdictRecord.started_at.desc(), VerdictRecord.run_id.desc()),
@@ -120,10 +151,12 @@ def ranked_per_node(names: Sequence[str], recipe: str | None, since: datetime | 
             VerdictRecord.read_mb_s,
             VerdictRecord.write_mb_s,
             VerdictRecord.rand_read_iops,
+            VerdictRecord.read_p99_ms,
+            VerdictRecord.read_p999_ms,
             newest_first.label("rank"),
         )
         .join(NodeRecord, NodeRecord.id == VerdictRecord.node_id)
-        .where(NodeRecord.name.in_(list(names)), *usable(recipe, since))
+        .where(NodeRecord.name.in_(list(names)), *usable(recipe, since), *more)
         .subquery()
     )
 

@@ -31,7 +31,6 @@ from screener.verdict.rules import (
     SOFT_TAGS,
     PeerStats,
     TailStats,
-    borderline_level,
     close_call,
     fact_drift,
     fact_problems,
@@ -52,6 +51,7 @@ from screener.verdict.rules import (
     tail_stats,
 )
 from screener.verdict.shadow import shadowed
+from screener.verdict.usual import tail_ceilings, usual_doubt
 
 __all__ = ["MIN_HISTORY", "SLOW", "confirm", "evaluate", "fact_drift", "fact_problems"]
 __all__ += ["is_suspect", "judge_round2", "peer_stats", "references", "suspects"]
@@ -80,8 +80,10 @@ def _read_signals(
     history: Sequence[float],
     policy: VerdictPolicy,
     level: float | None,
+    ceiling: tuple[float, float] | None = None,
 ) -> tuple[list[str], list[str]]:
-    """Rules that say "this node reads slowly": (signal tags, reason parts)."""
+    """Rules that say "this node reads slowly": (signal tags, reason parts). ``ceiling``:
+    where its seq-read tail usually sits (tail_ceilings)."""
     assert p.seq_read is not None
     tags: list[str] = []
     why: list[str] = []
@@ -99,7 +101,8 @@ def _read_signals(
     for name, label in (("seq_read", "seq read"), ("rand_read", "4k rand read")):
         job = getattr(p, name)
         if job is not None:
-            t, w = tail_signals(job, label, peers.tails[name], policy)
+            its = ceiling if name == "seq_read" else None
+            t, w = tail_signals(job, label, peers.tails[name], policy, its)
             tags.extend(t for t in t if t not in tags)
             why.extend(w)
     r_await = p.read_r_await_ms
@@ -152,11 +155,13 @@ def _judge(
     drift: Sequence[str],
     policy: VerdictPolicy,
     history_level: float | None = None,
+    ceiling: tuple[float, float] | None = None,
 ) -> Verdict:
     """Verdict for one usable node given the round's peer statistics (``history_level``:
-    the round's typical read / own history, see rules.history_level)."""
+    the round's typical read / own history, see rules.history_level; ``ceiling``: where
+    its tail usually sits under this recipe, tail_ceilings, None when not known)."""
     assert p.seq_read is not None
-    r_tags, r_why = _read_signals(p, peers, history, policy, history_level)
+    r_tags, r_why = _read_signals(p, peers, history, policy, history_level, ceiling)
     w_tags, w_why = _write_signals(p, peers, policy)
     problems = fact_problems(p.facts)
     bw, iops = p.seq_read.bw_bytes, p.rand_read.iops if p.rand_read else None
@@ -181,11 +186,23 @@ def _judge(
     )
     hard = [t for t in r_tags if t not in SOFT_TAGS]
     if (doubt := usual_doubt(hard, w_tags, figures.own_place, policy)) is not None:
+        if ceiling is not None and not problems and set(r_tags) <= {"peer_read"}:
+            # Its place and its tail learned under this very recipe: as usual for it.
+            own = figures.own_place or 0.0
+            return replace(
+                figures,
+                reason=f"within its usual place among its peers ({fmt_ratio(own)}x) and tail",
+                signals=(),
+                baseline=True,
+            )
+        # Its figures are its place under this recipe (baseline): after MIN_HISTORY such
+        # screens (each vouched by the full probe that follows) it reads as usual.
         return replace(
             figures,
             status=Status.DEGRADED,
             reason="; ".join([*r_why, doubt, *problems, *(f"drift: {d}" for d in drift)]),
             signals=(*r_tags, USUAL_PLACE_TAG),
+            baseline=True,
         )
     if not hard and not w_tags and r_tags:
         # Only soft evidence (a stall mode): DEGRADED, probed again next time, never drained.
@@ -213,31 +230,6 @@ def _judge(
     if problems:
         return replace(figures, status=Status.DEGRADED, reason="; ".join(problems))
     return replace(figures, reason="within peers and thresholds", baseline=True)
-
-
-# The findings that say only "this node reads unlike the round": a slower drive model always
-# does. Floors, the write/read ratio and a drop from its own history say more.
-RELATIVE_TAGS = frozenset({"peer_read", "peer_tail", "slow_ios", "peer_rand", "stalls"})
-
-
-def usual_doubt(
-    hard: Sequence[str], w_tags: Sequence[str], own: float | None, policy: VerdictPolicy
-) -> str | None:
-    """A short read (``policy.short_read``: the prolog's triage and its re-probe) whose only
-    hard findings are peer-relative (``RELATIVE_TAGS``), on a node that reads at its usual
-    place among the round (``own``, ``rules.own_place``, at or above ``borderline_level``):
-    the reason of a DEGRADED doubt that the full probe decides, else None. Issue 44: on an
-    unpaced fleet a healthy slower model read 0.47-0.50x in the triage's QD8 window (its
-    full probe: 0.6x, OK) with a 5x p99 from its throttle, and was drained in 4 of 12 jobs.
-    A node that dropped from its place (a 1/20 reader: 0.05x its usual) is not spared."""
-    if not policy.short_read or own is None or own < borderline_level(policy):
-        return None
-    if not hard or w_tags or not set(hard) <= RELATIVE_TAGS:
-        return None
-    return (
-        f"but it reads at its usual place among its peers ({fmt_ratio(own)}x, >= "
-        f"{borderline_level(policy):.2f}): a short read's finding, the full probe decides"
-    )
 
 
 def _failure(p: NodeProbe, policy: VerdictPolicy) -> Verdict:
@@ -300,15 +292,18 @@ def evaluate(
     policy: VerdictPolicy,
     fleet: Sequence[FleetFigure] = (),
     within_shared: bool = False,
+    tails: Mapping[str, Sequence[tuple[float, float]]] | None = None,
 ) -> RunSummary:
     """Judge one probe round: a Verdict per node, plus the shared-cause flag.
 
     Errors of any kind give UNKNOWN. ``fleet`` holds recent figures of other nodes (same
     recipe), used as extra peers only when fewer than ``min_peers`` nodes are usable.
     ``within_shared``: an earlier round of this screen found a shared cause (judge_round2),
-    so the write/read ratio counts only against this round's ratios.
+    so the write/read ratio counts only against this round's ratios. ``tails``: each
+    node's baseline seq-read tails of this recipe (store.history.past_tails).
     """
     usable = [p for p in probes if p.usable]
+    ceilings = tail_ceilings(usable, tails or {}, policy)
     peers = _peers(usable, fleet, policy, within_shared)
     drift = fact_drift({p.node: p.facts for p in usable})
     reads = {p.node: p.seq_read.bw_bytes for p in usable if p.seq_read}
@@ -320,7 +315,8 @@ def evaluate(
             verdicts[p.node] = shadowed(_failure(p, policy), policy.shadow)
         else:
             hist = history.get(p.node, ())
-            judged = _judge(p, peers, hist, drift.get(p.node, []), policy, level)
+            ceiling = ceilings.get(p.node)
+            judged = _judge(p, peers, hist, drift.get(p.node, []), policy, level, ceiling)
             verdicts[p.node] = shadowed(judged, policy.shadow)
     if len(usable) < policy.min_peers:
         shared_reason = _small_allocation(verdicts, len(usable), peers, policy)
@@ -349,6 +345,7 @@ def judge_round2(
     history: Mapping[str, Sequence[float]],
     fleet: Sequence[FleetFigure],
     policy: VerdictPolicy,
+    tails: Mapping[str, Sequence[tuple[float, float]]] | None = None,
 ) -> RunSummary:
     """Judge the re-probe on round-2 figures: each suspect beside the re-probed references
     only, never beside the other suspects (two nodes at 1/4 together dragged the round-2
@@ -365,9 +362,9 @@ def judge_round2(
     did, put the references at 4.8x and a suspect at 7.3x, and the ratio alone drained a
     healthy node within a 6x read slowdown (issue 44).
     """
-    shared = evaluate(first, history, policy, fleet).shared_cause
+    shared = evaluate(first, history, policy, fleet, tails=tails).shared_cause
     if refs:
-        whole = evaluate(second, history, policy, fleet, shared)
+        whole = evaluate(second, history, policy, fleet, shared, tails)
         ref_probes = [p for p in second if p.node in refs]
         alone = [p for p in second if p.node not in refs]
         if len(alone) < 2 or whole.shared_cause:
@@ -375,14 +372,14 @@ def judge_round2(
         own = {
             p.node: next(
                 v
-                for v in evaluate([p, *ref_probes], history, policy, fleet, shared).verdicts
+                for v in evaluate([p, *ref_probes], history, policy, fleet, shared, tails).verdicts
                 if v.node == p.node
             )
             for p in alone
         }
         return replace(whole, verdicts=tuple(own.get(v.node, v) for v in whole.verdicts))
     again = {p.node: p for p in second}
-    return evaluate([again.get(p.node, p) for p in first], history, policy, fleet, shared)
+    return evaluate([again.get(p.node, p) for p in first], history, policy, fleet, shared, tails)
 
 
 def _shared_cause(

@@ -354,7 +354,11 @@ def stall_reason(
 
 
 def tail_signals(
-    job: FioJobResult, label: str, peers: TailStats, policy: VerdictPolicy
+    job: FioJobResult,
+    label: str,
+    peers: TailStats,
+    policy: VerdictPolicy,
+    usual: tuple[float, float] | None = None,
 ) -> tuple[list[str], list[str]]:
     """Latency rules for one read job: its tail against the peers', and stalls.
 
@@ -363,13 +367,17 @@ def tail_signals(
     node keeps a normal mean). ``slow_ios``: the share of I/Os >= 100 ms exceeds the peers'
     median share by ``max_slow_fraction``, counted only when the median I/O is far below
     100 ms (else the 100 ms are plain queueing at this bandwidth and queue depth).
+    ``usual``: ceilings (p99, p99.9 ns) of where this node's tail usually sits
+    (verdict.judge.tail_ceilings): a tail at or under its ceiling is its own, not a finding.
     """
     tags: list[str] = []
     why: list[str] = []
-    for name, field in TAIL_FIGURES:
+    for i, (name, field) in enumerate(TAIL_FIGURES):
         stats = peers.tails.get(name)
         value: float = getattr(job, field)
         if stats is None or value < policy.tail_floor_ms * 1e6:
+            continue
+        if usual is not None and value <= usual[i]:
             continue
         if stats.z(value) > policy.z_threshold and value > policy.tail_min_factor * stats.median:
             tags.append("peer_tail")
