@@ -39,6 +39,11 @@ times (rules.MIN_HISTORY: a node's usual place among its peers counts from three
 site's sweeps leave it: no verdict is fresh, so every prolog probes, but the triage has
 history to compare with besides the peers.
 
+A "+learned" mode (with +history) then runs DD_READINGS_MIN healthy jobs over every node
+and moves the store 2 h back: a site's earlier screened jobs, from which the triage learns
+each node's place and tail under its own recipe (a slower model pays the full probe in
+those, verdict/usual.py), none fresh; their walls are reported apart as for +rolling.
+
 In the mixed fleet "+history" stores each node's baseline at its own rate (what the
 calibration's full probe read it at; node05 and node07 at their throttle); in the paced
 fleet at 300 MB/s.
@@ -65,6 +70,7 @@ import argparse
 import json
 import os
 import re
+import sqlite3
 import statistics
 import subprocess
 import sys
@@ -72,7 +78,7 @@ import tempfile
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -367,6 +373,29 @@ def wait_or_stuck(
         time.sleep(1.0)
 
 
+# Every time the prolog's freshness, the sentinel's readings and history read.
+AGED = (
+    ("runs", "started_at"),
+    ("runs", "finished_at"),
+    ("verdicts", "started_at"),
+    ("sentinel_readings", "at"),
+    ("node_events", "at"),
+)
+
+
+def age_store(path: Path, by: timedelta) -> None:
+    """Move every screen of the SQLite store at ``path`` ``by`` into the past (+learned:
+    the learning jobs become a site's earlier jobs, history but not fresh)."""
+    with sqlite3.connect(path) as db:
+        for table, column in AGED:
+            rows = db.execute(f"SELECT rowid, {column} FROM {table}").fetchall()
+            for rowid, value in rows:
+                if value is None:
+                    continue
+                moved = (datetime.fromisoformat(value) - by).isoformat(sep=" ")
+                db.execute(f"UPDATE {table} SET {column} = ? WHERE rowid = ?", (moved, rowid))
+
+
 def rolling(cluster: ClusterHandle, cfg: Path, out: Path) -> float:
     """One rolling sweep over every idle node (all healthy); its wall (submit -> end)."""
     t0 = time.monotonic()
@@ -423,7 +452,9 @@ def case(
             for _ in range(SWEEPS_SEEN):  # rules.MIN_HISTORY: a node's usual place counts
                 seen_by_the_sweep(cluster, cfg, db, per_node=fleet.history_mb_s)
         rolled = rolling(cluster, cfg, out) if "rolling" in plus else None
-        learned = learning(cluster, out, log) if "rolling" in plus else None
+        learned = learning(cluster, out, log) if {"rolling", "learned"} & set(plus) else None
+        if "learned" in plus:  # those screens as a site's earlier jobs leave them: not fresh
+            age_store(out / "screener.db", timedelta(hours=2))
         if slow:
             cluster.inject(cluster.nodes[0], "slow_read", fleet.slow)
         t0 = time.time()
@@ -480,7 +511,9 @@ def main() -> int:
         " +write suffix turns triage_write on (on+write), +norand triage_rand_read off,"
         " +confirmall verdict.confirm_every_job on, +decisive verdict.decisive_ratio 0.1,"
         " +rolling one rolling sweep over every node first (all fresh), +history every"
-        " node's full-probe baseline of 2 h ago (history, none fresh), +qdN [prolog]"
+        " node's full-probe baseline of 2 h ago (history, none fresh), +learned (with"
+        " +history) three healthy jobs over every node first, aged 2 h (the triage has"
+        " learned each node's place; none fresh), +qdN [prolog]"
         " seq_iodepth N (the sentinel's and the triage's sequential queue depth), +hookd"
         " every hook through `screener hookd`",
     )
@@ -501,12 +534,13 @@ def main() -> int:
     if any(
         m.split("+")[0].partition(":")[0] not in ("default", "off", "on")
         or not {p for p in m.split("+")[1:] if not re.fullmatch(r"qd[1-9][0-9]*", p)}
-        <= {"write", "norand", "confirmall", "decisive", "rolling", "history", "hookd"}
+        <= {"write", "norand", "confirmall", "decisive", "rolling", "history", "learned", "hookd"}
         for m in modes
     ):
         raise SystemExit(
             "--modes: default, off, on or on:BS"
-            " (+write, +norand, +confirmall, +decisive, +rolling, +history, +qdN, +hookd),"
+            " (+write, +norand, +confirmall, +decisive, +rolling, +history, +learned, +qdN,"
+            " +hookd),"
             f" not {args.modes!r}"
         )
     cases = [c for c in args.cases.split(",") if c]
