@@ -8,6 +8,7 @@ import dataclasses
 
 from screener.pipeline import AfterScreen, Beside, MakeProber, ScreenRequest, ScreenResult
 from screener.policy import Policy, database_url
+from screener.probe_data import Trigger
 from screener.run.inputs import new_run_tag, resolve_nodes, screen_policy
 from screener.run.loop import run_loop
 from screener.run.recording import recorded_run
@@ -54,6 +55,9 @@ def run_screen(request: ScreenRequest) -> ScreenResult:
         store=request.store,
         db_unavailable=request.db_unavailable,
         enabled=request.store_results,
+        # A prolog's run replays the spool itself, after its decision and within its
+        # budget (prolog.hook): a screen inside its budget must not wait on a replay.
+        replay=request.trigger is not Trigger.PROLOG,
     ) as recorder:
         result = run_loop(request, tag, recorder)
     return result

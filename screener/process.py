@@ -159,3 +159,13 @@ def stop_group(pgid: int) -> None:
     timer = threading.Timer(KILL_GRACE_S, _signal_group, (pgid, signal.SIGKILL))
     timer.daemon = True
     timer.start()
+
+
+def start_time(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot (tells a reused pid apart); None
+    when it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[19]

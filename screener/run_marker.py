@@ -15,18 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from screener.errors import StoreError
-from screener.spool import _Store
+from screener.process import start_time
+from screener.spool import LIVE_PREFIX, _Store, is_live
 
-LIVE_PREFIX = "live-"
-
-
-def _start_time(pid: int) -> str | None:
-    """The process's start time in clock ticks since boot (tells a reused pid apart)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return stat.rsplit(")", 1)[1].split()[19]
+# The marker's name and the liveness test live in the spool (a replayer asks them there).
+__all__ = ["LIVE_PREFIX", "finish_stale", "is_live", "mark_live", "stale_runs"]
 
 
 def mark_live(
@@ -43,7 +36,7 @@ def mark_live(
     doc = {
         "uid": uid,
         "pid": os.getpid(),
-        "start": _start_time(os.getpid()),
+        "start": start_time(os.getpid()),
         "nodes": list(nodes),
         "transport": transport,
         "run_id": run_id,
@@ -73,7 +66,7 @@ def stale_runs(spool_dir: str) -> list[tuple[Path, dict[str, Any]]]:
             pid = int(doc["pid"])
         except (OSError, ValueError, KeyError, TypeError):
             continue
-        if _start_time(pid) is None or _start_time(pid) != doc.get("start"):
+        if start_time(pid) is None or start_time(pid) != doc.get("start"):
             out.append((path, doc))
     return out
 

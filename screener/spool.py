@@ -3,9 +3,17 @@
 While the DB answers, :class:`SpoolingStore` only keeps the run in memory. The first
 StoreError switches it to the spool: everything of the run so far, then every later record,
 is appended to ``<spool_dir>/run-<uid>.jsonl`` (one JSON object a line, fsync'd, mode 0600
-in a 0700 directory). The decision never waits for the DB. :func:`replay` stores each
-spooled run once: the run carries its uid in ``runs.policy["run_tag"]``, and a run already
-stored with that uid is not stored again, so replaying twice stores once.
+in a 0700 directory). The decision never waits for the DB. A drain made while the DB is
+down is journalled in the same file (:class:`SpooledDrains`: intent before ``scontrol``,
+outcome after), and an epilog's ingest goes to ``ingest-<uid>.json``.
+
+:func:`replay` stores each spooled file once, whoever calls it (`screener spool replay`, or
+the next hook that finds the DB up: bounded to a few files and seconds there). Each file is
+replayed under an exclusive ``flock`` (a second replayer skips it, and one that got the lock
+after the first removed the file sees it gone), a run still being written (its live
+marker's process alive) is left for later, a run already stored under its uid
+(``runs.policy["run_tag"]``) is not stored again, and each drain event is inserted only if
+not stored yet (screener.store.replayed), so replaying twice or at once stores once.
 """
 
 from __future__ import annotations
@@ -13,21 +21,33 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import enum
+import fcntl
 import json
 import os
+import time
 import types
 import typing
-from collections.abc import Callable, Sequence
-from datetime import datetime
+from collections.abc import Callable, Iterator, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from screener.errors import StoreError
 from screener.pipeline import RunStore
 from screener.probe_data import FleetFigure, NodeProbe, RunSummary, Trigger
+from screener.process import start_time
+
+if TYPE_CHECKING:
+    from screener.store import Store
 
 UID_KEY = "run_tag"  # key in the stored policy dict: the run tag (= spool file uid)
 PREFIX, SUFFIX = "run-", ".jsonl"
+LIVE_PREFIX = "live-"  # <spool_dir>/live-<tag>.json: a run going on here (run_marker)
+INGEST_PREFIX, INGEST_SUFFIX = "ingest-", ".json"  # an epilog's ingest, one JSON document
+# What a hook replays after its decision, at most: files, and seconds before starting one
+# more (each is a few short transactions); `screener spool replay` replays everything.
+REPLAY_MAX_FILES = 8
+REPLAY_BUDGET_S = 2.0
 SPOOLED_NOTE = "results spooled to"  # in ScreenResult.store_error when nothing was lost
 
 
@@ -79,7 +99,27 @@ def from_json(tp: Any, data: Any) -> Any:
         return tp(data)
     if tp is float and isinstance(data, int):
         return float(data)
+    if tp is datetime and isinstance(data, str):
+        return datetime.fromisoformat(data)
     return data
+
+
+def run_path(spool_dir: str, uid: str) -> Path:
+    """The spool file of the run tagged ``uid``."""
+    return Path(spool_dir) / f"{PREFIX}{uid}{SUFFIX}"
+
+
+def append_entries(path: Path, entries: Sequence[dict[str, Any]]) -> None:
+    """Append ``entries`` (one JSON line each) in one fsync'd write, making the 0700
+    directory and the 0600 file as needed; OSError when the disk refuses."""
+    data = "".join(json.dumps(e, separators=(",", ":")) + "\n" for e in entries)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        os.write(fd, data.encode())
+        os.fsync(fd)  # the DB is down: this file is the only copy of the results
+    finally:
+        os.close(fd)
 
 
 # ------------------------------------------------------------------ writing
@@ -100,7 +140,7 @@ class SpoolingStore:
         self.store = store
         self.dir = Path(spool_dir)
         self.uid = uid
-        self.path = self.dir / f"{PREFIX}{uid}{SUFFIX}"
+        self.path = run_path(spool_dir, uid)
         self.reason = reason  # why the DB is not used ("" while it is)
         self.run_id: int | None = None  # the DB's id, once the DB accepted the run
         self._journal: list[dict[str, Any]] = []  # the run so far, dumped on first failure
@@ -132,15 +172,8 @@ class SpoolingStore:
     def _append(self, entries: list[dict[str, Any]]) -> None:
         if not entries or self.lost is not None:
             return
-        data = "".join(json.dumps(e, separators=(",", ":")) + "\n" for e in entries)
         try:
-            self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-            try:
-                os.write(fd, data.encode())
-                os.fsync(fd)  # the DB is down: this file is the only copy of the results
-            finally:
-                os.close(fd)
+            append_entries(self.path, entries)
         except OSError as exc:  # a full or read-only disk: say so, the figures are printed
             self.lost = StoreError(
                 f"{self.reason}; and cannot spool to {self.path}: {exc.strerror or exc}"
@@ -249,6 +282,57 @@ class SpoolingStore:
             self._try(self.store.finish_run, self.run_id, finished_at, status)
 
 
+# ------------------------------------------------------------------ drains and ingests
+
+
+@dataclasses.dataclass(frozen=True)
+class SpooledDrains:
+    """The journal of drains made while the database is down, in the run's own spool file
+    (replayed with it): the intent before ``scontrol`` and its outcome after, as the store's
+    two phases (hooks/drains.py); each write fsync'd, OSError when the disk refuses (then no
+    drain: one that could never be recorded is not made)."""
+
+    path: Path
+    trigger: Trigger
+    job_id: str | None
+
+    def _write(self, kind: str, node: str, **fields: Any) -> None:
+        at = datetime.now(UTC).isoformat()
+        append_entries(self.path, [{"kind": kind, "node": node, "at": at, **fields}])
+
+    def intend(self, node: str, reason: str) -> None:
+        self._write("drain_pending", node, reason=reason)
+
+    def drained(self, node: str, reason: str) -> None:
+        self._write("drain", node, reason=reason, trigger=self.trigger.value, job_id=self.job_id)
+
+    def failed(self, node: str, reason: str, why: str) -> None:
+        self._write("drain_failed", node, reason=reason, why=why)
+
+    def guard(self, line: str, blocked: Sequence[str]) -> None:
+        """The guard's line (``runs.guard_reason``) and a guard_trip per node it held."""
+        at = datetime.now(UTC).isoformat()
+        entries = [{"kind": "guard_reason", "text": line, "at": at}]
+        entries += [{"kind": "guard_trip", "node": n, "why": line, "at": at} for n in blocked]
+        append_entries(self.path, entries)
+
+
+def spool_ingest(spool_dir: str, db: str, uid: str, doc: dict[str, Any]) -> Path:
+    """Keep an ingest the database could not take (``doc``: its head, rows and slow nodes as
+    to_json made them) as ``ingest-<uid>.json``; OSError when the disk refuses."""
+    path = Path(spool_dir) / f"{INGEST_PREFIX}{uid}{INGEST_SUFFIX}"
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.write(fd, json.dumps({"kind": "ingest", "db": db, **doc}).encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    tmp.replace(path)  # whole or absent: a replayer never reads half a document
+    return path
+
+
 # ------------------------------------------------------------------ replaying
 
 
@@ -258,7 +342,11 @@ class Replayed:
 
     path: str
     run_id: int | None
-    outcome: str  # "stored", "already stored", "error: ..."
+    outcome: str  # "stored", "already stored", "skipped: ...", "error: ..."
+
+
+def _spooled(d: Path, prefix: str, suffix: str) -> list[Path]:
+    return sorted(p for p in d.iterdir() if p.name.startswith(prefix) and p.name.endswith(suffix))
 
 
 def spool_files(spool_dir: str, db: str | None = None) -> list[Path]:
@@ -266,7 +354,18 @@ def spool_files(spool_dir: str, db: str | None = None) -> list[Path]:
     d = Path(spool_dir)
     if not d.is_dir():
         return []
-    files = sorted(p for p in d.iterdir() if p.name.startswith(PREFIX) and p.suffix == ".jsonl")
+    return _of_db(_spooled(d, PREFIX, SUFFIX), db)
+
+
+def ingest_files(spool_dir: str, db: str | None = None) -> list[Path]:
+    """Spooled epilog ingests (of database ``db`` if given), oldest first."""
+    d = Path(spool_dir)
+    if not d.is_dir():
+        return []
+    return _of_db(_spooled(d, INGEST_PREFIX, INGEST_SUFFIX), db)
+
+
+def _of_db(files: list[Path], db: str | None) -> list[Path]:
     if db is None:
         return files
     out = []
@@ -277,24 +376,94 @@ def spool_files(spool_dir: str, db: str | None = None) -> list[Path]:
     return out
 
 
-def replay(store: _Store, spool_dir: str, db: str) -> list[Replayed]:
-    """Store every spooled run of database ``db`` not stored yet, then remove its file
-    (idempotent). Runs spooled for another database stay (they are not this one's)."""
-    out = []
-    for path in spool_files(spool_dir):
+def waiting(path: Path) -> dict[str, int]:
+    """What one spool file holds for the DB: "run" 1 and its drain events, or "ingest" 1."""
+    if path.name.startswith(INGEST_PREFIX):
+        return {"ingest": 1}
+    kinds = [json.loads(line)["kind"] for line in path.read_text().splitlines() if line.strip()]
+    return {"run": 1, "drain events": sum(k.startswith("drain") for k in kinds)}
+
+
+def is_live(spool_dir: str, uid: str) -> bool:
+    """Is the run tagged ``uid`` still going here (its marker's process alive)? Its spool
+    file may still grow: a replayer leaves it for later."""
+    try:
+        doc = json.loads((Path(spool_dir) / f"{LIVE_PREFIX}{uid}.json").read_text())
+        pid = int(doc["pid"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    start = start_time(pid)
+    return start is not None and start == doc.get("start")
+
+
+def _key(path: Path) -> str:
+    """Replay order: by the tag after the prefix (time first), runs before ingests."""
+    return path.name.split("-", 1)[1]
+
+
+def replay(
+    store: Store,
+    spool_dir: str,
+    db: str,
+    *,
+    max_files: int | None = REPLAY_MAX_FILES,
+    budget_s: float | None = REPLAY_BUDGET_S,
+) -> list[Replayed]:
+    """Store every spooled run and ingest of database ``db`` not stored yet, then remove its
+    file (idempotent, safe beside other replayers). At most ``max_files`` files, none started
+    after ``budget_s`` seconds (None: no bound). Files spooled for another database stay."""
+    t0 = time.monotonic()
+    out: list[Replayed] = []
+    files = sorted(spool_files(spool_dir) + ingest_files(spool_dir), key=_key)
+    done = 0
+    for path in files:
+        if max_files is not None and done >= max_files:
+            break
+        if budget_s is not None and time.monotonic() - t0 >= budget_s:
+            break
+        uid = _key(path).rsplit(".", 1)[0]
         try:
             if _spooled_for(path) != db:
                 continue
-            run_id, outcome = _replay_file(store, path)
+            if path.name.startswith(PREFIX) and is_live(spool_dir, uid):
+                out.append(Replayed(str(path), None, "skipped: its run is still going"))
+                continue
+            with _locked(path) as mine:
+                if not mine:  # another replayer has it, or had it and removed it
+                    continue
+                done += 1
+                if path.name.startswith(INGEST_PREFIX):
+                    run_id, outcome = _replay_ingest(store, path)
+                else:
+                    run_id, outcome = _replay_file(store, path)
+                path.unlink()  # under the lock: a replayer waiting on it then sees it gone
+        except FileNotFoundError:
+            continue  # removed by another replayer since we listed it
         except StoreError as exc:  # the DB went away again: keep the file for next time
             out.append(Replayed(str(path), None, f"error: {exc}"))
             break
         except (ValueError, KeyError, TypeError) as exc:
             out.append(Replayed(str(path), None, f"error: unreadable spool file ({exc})"))
             continue
-        path.unlink()
         out.append(Replayed(str(path), run_id, outcome))
     return out
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[bool]:
+    """An exclusive flock on ``path`` for the block: True when held and the file is still
+    there (not removed by a replayer that held it before), False when another process has it
+    or it is gone. The lock goes with the descriptor (and with the process, if killed)."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        yield os.fstat(fd).st_nlink > 0
+    finally:
+        os.close(fd)
 
 
 def _spooled_for(path: Path) -> str:
@@ -303,7 +472,7 @@ def _spooled_for(path: Path) -> str:
         return str(json.loads(fh.readline()).get("db", ""))
 
 
-def _replay_file(store: _Store, path: Path) -> tuple[int | None, str]:
+def _replay_file(store: Store, path: Path) -> tuple[int | None, str]:
     lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     # A torn last line (killed mid-write) cannot happen with one os.write per batch, but a
     # file cut short by a full disk can: json.loads raises ValueError and the file is kept.
@@ -311,7 +480,7 @@ def _replay_file(store: _Store, path: Path) -> tuple[int | None, str]:
     started = datetime.fromisoformat(head["started_at"])
     found = store.spooled_run(head["uid"], started)
     if found is not None and found[1] != "running":
-        return found[0], "already stored"
+        return found[0], "already stored"  # the finish is written last: all of it is in
     for stale in (found[0] if found else None, head.get("db_run_id")):
         if stale is not None:  # half-stored before the DB (or an earlier replay) died
             with contextlib.suppress(StoreError):
@@ -324,15 +493,91 @@ def _replay_file(store: _Store, path: Path) -> tuple[int | None, str]:
         head["nodeset"],
         started,
     )
-    finished = False
+    finish: dict[str, Any] | None = None
     for e in lines:
         if e["kind"] == "probe":
             store.record_probe(run_id, from_json(NodeProbe, e["probe"]), int(e["round"]))
         elif e["kind"] == "verdicts":
             store.record_verdicts(run_id, from_json(RunSummary, e["summary"]))
         elif e["kind"] == "finish":
-            store.finish_run(run_id, datetime.fromisoformat(e["finished_at"]), e["status"])
-            finished = True
-    if not finished:  # the run died before it finished: it will never finish now
+            finish = e
+    _replay_drains(store, run_id, head, lines)
+    if finish is None:  # the run died before it finished: it will never finish now
         store.finish_run(run_id, started, "failed")
+    else:
+        store.finish_run(run_id, datetime.fromisoformat(finish["finished_at"]), finish["status"])
     return run_id, "stored"
+
+
+def _replay_drains(
+    store: Store, run_id: int, head: dict[str, Any], lines: list[dict[str, Any]]
+) -> None:
+    """The run's journalled drains as the store's own records: the intent, then the drain
+    with its slow episode (or drain_failed); guard trips and the guard's line. An intent
+    with no outcome stays pending: the next run settles it against Slurm (finish_pending)."""
+    from screener.store.replayed import record_event_once
+    from screener.store.slurm_records import SlurmRecords
+
+    for e in lines:
+        kind = e["kind"]
+        if kind == "guard_reason":
+            SlurmRecords(store).set_guard_reason(run_id, e["text"])
+            continue
+        if kind not in ("drain_pending", "drain", "drain_failed", "guard_trip"):
+            continue
+        at = datetime.fromisoformat(e["at"])
+        node, reason = str(e["node"]), str(e.get("reason") or "")
+        if kind == "drain_pending":
+            record_event_once(
+                store, node, kind, "about to drain (database down)", at, run_id, reason
+            )
+        elif kind == "drain":
+            trigger = Trigger(e.get("trigger") or head["trigger"])
+            record_event_once(
+                store, node, kind, reason, at, run_id, reason, e.get("job_id"), trigger
+            )
+        elif kind == "drain_failed":
+            record_event_once(store, node, kind, e["why"], at, run_id, reason)
+        else:
+            record_event_once(store, node, kind, e["why"], at, run_id, None)
+
+
+def _replay_ingest(store: Store, path: Path) -> tuple[int | None, str]:
+    """An epilog's spooled ingest: stored unless the job has an ingest of the same or a
+    later observation already (this one replayed before, or a later attempt's)."""
+    from screener.store.jobs import IngestHead, ResultRow, SlowRow, record_ingest
+    from screener.store.replayed import newest_ingest
+
+    doc = json.loads(path.read_text())
+    head = from_json(IngestHead, doc["head"])
+    newest = newest_ingest(store, head.job_id)
+    if newest is not None and newest >= head.observed_at:
+        return None, "already stored"
+    rows = [from_json(ResultRow, r) for r in doc["rows"]]
+    slow = [from_json(SlowRow, r) for r in doc["slow"]]
+    now = datetime.fromisoformat(doc["ingested_at"])
+    return record_ingest(store, head, rows, slow, now=now, replace=True), "stored"
+
+
+def spooled_since(spool_dir: str, since: float) -> bool:
+    """Did a run or ingest go to the spool at or after ``since`` (Unix time)? Then the
+    database failed for someone just now: a hook does not replay into it."""
+    d = Path(spool_dir)
+    if not d.is_dir():
+        return False
+    for path in _spooled(d, PREFIX, SUFFIX) + _spooled(d, INGEST_PREFIX, INGEST_SUFFIX):
+        with contextlib.suppress(OSError):
+            if path.stat().st_mtime >= since:
+                return True
+    return False
+
+
+def replayed_line(done: Sequence[Replayed]) -> str:
+    """One log line for a replay: how many files were stored, already there, skipped, failed."""
+    counts: dict[str, int] = {}
+    for r in done:
+        word = r.outcome.split(":", 1)[0]
+        counts[word] = counts.get(word, 0) + 1
+    failed = next((r.outcome for r in done if r.outcome.startswith("error")), None)
+    said = ", ".join(f"{n} {w}" for w, n in counts.items())
+    return said + (f" ({failed})" if failed else "")

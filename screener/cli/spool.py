@@ -17,7 +17,7 @@ def register(sub: Subparsers) -> None:
     r = ssub.add_parser("replay", help="store every spooled run in the DB (idempotent)")
     r.add_argument("--json", action="store_true")
     r.set_defaults(handler=run)
-    ls = ssub.add_parser("list", help="spooled runs not yet stored")
+    ls = ssub.add_parser("list", help="spooled runs (with their drains) and ingests not yet stored")
     ls.add_argument("--json", action="store_true")
     ls.set_defaults(handler=run)
 
@@ -33,14 +33,15 @@ def run(args: argparse.Namespace, console: Console) -> int:
     url = database_url(policy)
     where = describe(parse_url(url))
     if args.spool_command == "list":
-        files = [str(p) for p in spool.spool_files(spool_dir, where)]
+        files = spool.spool_files(spool_dir, where) + spool.ingest_files(spool_dir, where)
         if args.json:
-            print(json.dumps(files))
+            print(json.dumps([str(p) for p in files]))
         else:
-            console.print("\n".join(files) or f"no run spooled for {where} in {spool_dir}")
+            lines = [f"{p}: {_holds(spool.waiting(p))}" for p in files]
+            console.print("\n".join(lines) or f"no run spooled for {where} in {spool_dir}")
         return 0
     with open_store(url, upgrade=url.startswith("sqlite")) as store:
-        done = spool.replay(store, spool_dir, where)
+        done = spool.replay(store, spool_dir, where, max_files=None, budget_s=None)
     if args.json:
         print(json.dumps([r.__dict__ for r in done]))
     else:
@@ -52,3 +53,10 @@ def run(args: argparse.Namespace, console: Console) -> int:
     if failed:
         raise StoreError(f"{len(failed)} spooled run(s) not replayed: {failed[0].outcome}")
     return 0
+
+
+def _holds(counts: dict[str, int]) -> str:
+    """e.g. ``1 run, 2 drain events`` or ``1 ingest``."""
+    return ", ".join(
+        f"{n} {k[:-1] if n == 1 and k.endswith('s') else k}" for k, n in counts.items()
+    )

@@ -7,6 +7,8 @@
 2. In-job benchmark figures: when the job names its output directory, ingest its IOR/fio
    outputs (screener/epilog/ingest.py) and, if configured, drain in-job outliers
    (on a shared allocation only those step 1 found slow too: screener/ingest/trust.py).
+3. What waits in the spool (runs, drains, ingests of a database outage) is replayed when the
+   database answers: bounded (screener.spool.REPLAY_MAX_FILES / REPLAY_BUDGET_S).
 Never fails the job.
 """
 
@@ -56,10 +58,34 @@ def run_epilog(
     except ScreenerError as exc:
         log(f"cannot read the job: {exc}")
         return 0
+    t0 = time.time()
     ok, why = selects(job, policy.prolog)
     confirmed = _in_job_iostat(policy, job, ok, why, log)
     ingest_after_job(policy, job, env, ok, log, client, confirmed)
+    replay_spool(policy, log, t0)
     return 0
+
+
+def replay_spool(policy: Policy, log: HookLog, since: float) -> None:
+    """Replay what waits in the spool when the database answers, unless something was
+    spooled since ``since`` (Unix time: the database failed just now). Never raises."""
+    from screener import spool
+    from screener.store.engine import describe, parse_url
+
+    spool_dir = policy.store.spool_dir
+    try:
+        if not (spool.spool_files(spool_dir) or spool.ingest_files(spool_dir)):
+            return
+        if spool.spooled_since(spool_dir, since):
+            return
+        url = database_url(policy)
+        with open_store(url, upgrade=url.startswith("sqlite")) as store:
+            done = spool.replay(store, spool_dir, describe(parse_url(url)))
+    except Exception as exc:  # bookkeeping: never fails the epilog
+        log(f"spool not replayed: {exc}")
+        return
+    if done:
+        log(f"spool replayed: {spool.replayed_line(done)}")
 
 
 def _in_job_iostat(

@@ -12,6 +12,10 @@ problem is one log line.
 Those files are still the user's word: their in-job outliers open an episode or drain
 only where screener.ingest.trust trusts them (the job had its nodes to itself, or the
 in-job iostat saw the same node slow); otherwise they are recorded only, and one line says so.
+
+A database that does not answer (issue 45): the outputs are judged now, while Slurm still
+knows the job's layout, and the ingest waits in the spool (``ingest-<tag>.json``) until a
+hook finds the database up and replays it; nobody is drained from it.
 """
 
 from __future__ import annotations
@@ -24,15 +28,16 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from screener.errors import ConfigError, ScreenerError
+from screener.errors import ConfigError, ScreenerError, StoreError
 from screener.hooks.drain_rules import plan_drains
 from screener.hooks.drains import DrainContext, acting, apply_drains
 from screener.hooks.log import HookLog
-from screener.ingest.files import MAX_BYTES, outputs_near
+from screener.hostlist import fold_nodes
+from screener.ingest.files import MAX_BYTES, load_files, outputs_near
 from screener.ingest.judge import TOO_SHORT, Figure, JobFigures
 from screener.ingest.layout import SlurmLayout
 from screener.ingest.results import Phase
-from screener.ingest.service import Ingested, ingest
+from screener.ingest.service import Ingested, ingest, store_rows
 from screener.ingest.trust import UNTRUSTED, Vetted, vet
 from screener.policy import IngestPolicy, Policy, database_url
 from screener.probe_data import Trigger
@@ -146,20 +151,31 @@ def ingest_after_job(
             known = replace(job, exclusive=source.record.exclusive if source.record else None)
             return vet(figures, known, confirmed)
 
-        done = ingest(
-            job.job_id,
-            outputs_near(Path(directory), job.job_id),
-            policy,
-            nodes=None,
-            ranks_per_node=None,
-            partition=job.partition or None,
-            observed_at=now,
-            now=now,
-            replace=True,  # a requeued job's last attempt wrote the files that are there
-            slurm=source,
-            read=owned_reader(int(uid)),
-            trust=trust,
-        )
+        paths, read = outputs_near(Path(directory), job.job_id), owned_reader(int(uid))
+
+        def run(store_results: bool) -> Ingested:
+            return ingest(
+                job.job_id,
+                paths,
+                policy,
+                nodes=None,
+                ranks_per_node=None,
+                partition=job.partition or None,
+                observed_at=now,
+                now=now,
+                store_results=store_results,
+                replace=True,  # a requeued job's last attempt wrote the files that are there
+                slurm=source,
+                read=read,
+                trust=trust,
+            )
+
+        try:
+            done = run(True)
+        except StoreError as exc:
+            if database_url(policy).startswith("sqlite"):  # a local file: not an outage
+                raise
+            return _spool_ingest(policy, job, run(False), paths, read, now, log, exc)
     except (ScreenerError, OSError) as exc:  # OSError: e.g. a directory SlurmUser may not read
         log(f"job {job.job_id}: outputs not ingested: {exc}")
         return None
@@ -172,6 +188,50 @@ def ingest_after_job(
             drain_outliers(policy, job, done, log, client)
         except ScreenerError as exc:
             log(f"job {job.job_id}: in-job drain not done: {exc}")
+    return done
+
+
+def _spool_ingest(
+    policy: Policy,
+    job: SlurmJob,
+    done: Ingested,
+    paths: list[Path],
+    read: Callable[[Path], str],
+    now: datetime,
+    log: HookLog,
+    exc: StoreError,
+) -> Ingested:
+    """The database did not answer: the judged ingest goes to the spool, replayed later."""
+    from screener import spool
+    from screener.run.inputs import new_run_tag
+    from screener.store.engine import describe, parse_url
+    from screener.store.jobs import IngestHead
+
+    figures = done.figures
+    mapped = sorted({f.node for f in figures.figures if f.node is not None})
+    head = IngestHead(
+        job_id=job.job_id,
+        partition=job.partition or None,
+        nodeset=fold_nodes(mapped) if mapped else "",
+        layout=done.layout,
+        files=tuple(f"{f.kind.value}:{f.name}" for f in load_files(paths, read)),
+        notes=figures.notes,
+        observed_at=now,
+    )
+    rows, slow = store_rows(figures)
+    doc = {
+        "head": spool.to_json(head),
+        "rows": spool.to_json(rows),
+        "slow": spool.to_json(slow),
+        "ingested_at": now.isoformat(),
+    }
+    where = describe(parse_url(database_url(policy)))
+    try:
+        path = spool.spool_ingest(policy.store.spool_dir, where, new_run_tag(), doc)
+    except OSError as err:
+        log(f"job {job.job_id}: outputs not ingested: {exc}; and cannot spool: {err}")
+        return done
+    log(f"job {job.job_id}: database unavailable ({exc}): ingest spooled to {path}; no drain")
     return done
 
 

@@ -5,15 +5,25 @@ Safe under kills and concurrency (issue 11): a drain is two-phase (a "drain_pend
 with the exact reason before ``scontrol``, "drain" after), so a drain is recorded iff it was
 issued once the next run has called finish_pending; drains, resumes and the settling of
 intents run under the DB-wide actions lock (screener.store.locks), so two runs never
-drain or resume the same node twice, nor settle an intent another run is carrying out."""
+drain or resume the same node twice, nor settle an intent another run is carrying out.
+
+With the database down (issue 45) the prolog still drains a confirmed slow node
+(``drain_in_outage``): the partition guard counts screener's drains from Slurm's own tagged
+reasons (drain_rules.tagged_drains), a flock in the spool directory stands in for the
+actions lock (the hooks run on the controller's host), and the two phases go to the run's
+spool file (screener.spool.SpooledDrains), replayed into the store later."""
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import os
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence, Set
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Protocol
 
 from screener.errors import SlurmError, StoreError
 from screener.hooks.drain_rules import (
@@ -26,6 +36,7 @@ from screener.hooks.drain_rules import (
     plan_drains,
     settle_intent,
     small_allocation,
+    tagged_drains,
 )
 from screener.hooks.fleet_guard import DIRECTIONS, FleetFigures, FleetView, fleet_view
 from screener.hostlist import fold_nodes
@@ -60,22 +71,26 @@ def decide_drains(
     policy: Policy,
     now: datetime,
     allocated: Sequence[str] = (),
+    recent: Set[str] | None = None,
 ) -> DrainPlan:
     """The drain plan for a run: drainable verdicts, reasons, then the mass-drain guard over
-    the distinct partition nodes screener drained within the window; a shared cause and
-    the nodes it absolved ride along so apply_drains records them. A small allocation
-    (``allocated``, fewer than ``guard_min_allocation``) is judged on the fleet's figures."""
+    the distinct partition nodes screener drained within the window (``recent`` when the
+    caller counted them, else the store's); a shared cause and the nodes it absolved ride
+    along so apply_drains records them. A small allocation (``allocated``, fewer than
+    ``guard_min_allocation``) is judged on the fleet's figures (the store's: without one,
+    on the allocation's fraction like any other)."""
     verdicts = drainable(summary, policy.verdict.confirm)
     slow = [
         (v.node, drain_reason(policy.slurm.tag, v, summary.peer_read_median_mb_s, run_id))
         for v in verdicts
     ]
     directions = {v.node: "write" if v.status == Status.SLOW_WRITE else "read" for v in verdicts}
-    recent: set[str] = set()
+    counted: Set[str] = recent if recent is not None else set()
     fleet = None
     if slow and records is not None and partition_nodes:
         since = now - timedelta(seconds=policy.slurm.partition_window_s)
-        recent = records.drains_since(partition_nodes, since)
+        if recent is None:
+            counted = records.drains_since(partition_nodes, since)
         if allocated and small_allocation(len(allocated), policy.slurm):
             fleet = _fleet(records, partition_nodes, policy, now)
     apart = far_below(verdicts, policy.verdict.shared_outlier_factor)
@@ -83,7 +98,7 @@ def decide_drains(
         slow,
         allocation,
         len(partition_nodes),
-        recent,
+        counted,
         policy.slurm,
         fleet,
         allocated,
@@ -367,3 +382,118 @@ def close_passing(
     ok = [v.node for v in summary.verdicts if v.status.value == "OK"]
     with contextlib.suppress(StoreError):  # bookkeeping; the verdicts are already stored
         records.close_episodes(ok, now, run_id)
+
+
+# ---- the database is down (issue 45) ------------------------------------------------------
+OUTAGE_LOCK = "outage-actions.lock"  # in the spool directory: the actions lock's stand-in
+
+
+class DrainJournal(Protocol):
+    """Where drains made without a database are recorded first (screener.spool.SpooledDrains):
+    each method raises OSError when it cannot write."""
+
+    def intend(self, node: str, reason: str) -> None: ...
+    def drained(self, node: str, reason: str) -> None: ...
+    def failed(self, node: str, reason: str, why: str) -> None: ...
+    def guard(self, line: str, blocked: Sequence[str]) -> None: ...
+
+
+@dataclass(frozen=True)
+class Outage:
+    """What a run acting without its database acts through: Slurm (``partition`` reads the
+    partition's nodes, under the lock), the journal, the spool directory for the lock."""
+
+    client: SlurmClient
+    partition: Callable[[], list[SlurmNode]]
+    journal: DrainJournal
+    spool_dir: str
+    wait_s: float
+    dry_run: bool
+    log: Log
+
+
+def drain_in_outage(
+    summary: RunSummary, allocated: Sequence[str], policy: Policy, now: datetime, by: Outage
+) -> list[str]:
+    """Drain a spooled run's confirmed slow nodes as with the store, the guard counting
+    screener's drains of the partition from Slurm's tagged reasons: the nodes drained. Under
+    the spool directory's flock, so concurrent prologs on this host count each other's
+    drains; no lock, or an intent that cannot be journalled, means no drain."""
+    log = by.log
+    try:
+        with _outage_lock(by.spool_dir, by.wait_s):
+            nodes = by.partition()
+            names = [n.name for n in nodes]
+            window = policy.slurm.partition_window_s
+            recent = tagged_drains(nodes, policy.slurm.tag, now - timedelta(seconds=window))
+            log(
+                f"guard: database unavailable: screener's drains counted from Slurm "
+                f"({len(recent)} of {len(names)} partition nodes drained with reason "
+                f"{policy.slurm.tag!r} within {window:g}s"
+                + (f": {fold_nodes(sorted(recent))})" if recent else ")")
+            )
+            plan = decide_drains(
+                summary, None, len(allocated), names, None, policy, now, allocated, recent
+            )
+            return _drain_journalled(plan, {n.name: n for n in nodes}, by)
+    except OSError as exc:
+        log(f"no drains: the spool's lock or journal failed ({exc.strerror or exc})")
+        return []
+
+
+def _drain_journalled(plan: DrainPlan, current: Mapping[str, SlurmNode], by: Outage) -> list[str]:
+    """``plan`` carried out with the journal for records: intent, scontrol, outcome."""
+    log = by.log
+    if plan.basis:
+        log(plan.basis)
+    if plan.shared_cause is not None:
+        who = fold_nodes(plan.absolved) if plan.absolved else "no node"
+        log(f"{_shared(plan)}: {who} not blamed, not drained")
+    if plan.guard is not None or plan.shared_cause is not None:
+        if plan.guard is not None:
+            log(plan.guard)
+        by.journal.guard(_guard_reason(plan), (*plan.blocked, *plan.absolved))
+    drained: list[str] = []
+    for node, reason in plan.drain:
+        if by.dry_run:
+            log(f"dry-run: would drain {node} with reason {reason!r}")
+            continue
+        seen = current.get(node)
+        if seen is not None and seen.drained:  # ours from an earlier run, or an admin's
+            log(f"{node}: already drained ({seen.reason!r}); not drained again")
+            continue
+        by.journal.intend(node, reason)  # phase 1; OSError: no drain at all
+        try:
+            by.client.drain([node], reason)
+        except SlurmError as exc:
+            log(f"drain of {node} failed: {exc}")
+            with contextlib.suppress(OSError):
+                by.journal.failed(node, reason, str(exc))
+            continue
+        drained.append(node)
+        log(f"drained {node}: {reason} (recorded in the spool)")
+        with contextlib.suppress(OSError):  # the intent stays: the replay's next run settles it
+            by.journal.drained(node, reason)
+    return drained
+
+
+@contextlib.contextmanager
+def _outage_lock(spool_dir: str, wait_s: float) -> Iterator[None]:
+    """An exclusive flock on the spool directory's outage lock, waited for at most
+    ``wait_s``; OSError when it cannot be made or another run held it that long."""
+    path = Path(spool_dir) / OUTAGE_LOCK
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise OSError(f"{path} held by another run for {wait_s:g}s") from None
+                time.sleep(0.05)  # another prolog is draining: seconds at most
+        yield
+    finally:
+        os.close(fd)  # releases the lock

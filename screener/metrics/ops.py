@@ -1,6 +1,7 @@
 """What the alerting rules (deploy/prometheus/screener-rules.yml) need beyond the store's
 figures: when each kind of run last finished, the slowest recent prolog against its
-budget, and how many runs wait in the spool. A custom collector read at scrape time
+budget, and what waits in the spool (runs, with any drains made while the database was
+down, and epilog ingests). A custom collector read at scrape time
 (register it yourself: ``registry.register(OpsCollector(store, policy))``).
 
 A store failure leaves the store-backed families out (``screener_store_up`` of the store
@@ -20,7 +21,7 @@ from prometheus_client.registry import Collector
 from screener.errors import ScreenerError
 from screener.policy import Policy
 from screener.probe_data import Trigger
-from screener.spool import spool_files
+from screener.spool import ingest_files, spool_files
 from screener.store import Store
 from screener.store.run_views import last_finished, run_walls
 
@@ -57,13 +58,15 @@ class OpsCollector(Collector):
         else:
             yield from run_metrics(finished, walls)
         try:
-            spooled = len(spool_files(self.policy.store.spool_dir))
+            spool_dir = self.policy.store.spool_dir
+            spooled = len(spool_files(spool_dir)) + len(ingest_files(spool_dir))
         except OSError as exc:
             log.warning("ops scrape: spool %s: %s", self.policy.store.spool_dir, exc.strerror)
         else:
             yield GaugeMetricFamily(
                 "screener_spool_runs",
-                "Runs spooled while the database was unreachable, not replayed yet.",
+                "Files spooled while the database was unreachable, not replayed yet: runs"
+                " (with the drains made meanwhile) and epilog ingests.",
                 value=spooled,
             )
 

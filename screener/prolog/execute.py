@@ -43,9 +43,12 @@ from screener.prolog.sentinel import (
 )
 from screener.prolog.triage import triage_policy
 from screener.slurm.client import SlurmClient, SlurmJob
+from screener.spool import SPOOLED_NOTE, SpooledDrains, run_path
 from screener.store import Store
 from screener.store.slurm_records import SlurmRecords
-from screener.transport.base import Transport
+from screener.transport.base import RUN_TAG, Transport
+
+OUTAGE_LOCK_WAIT_S = 10.0  # concurrent prologs' outage drains: a few scontrol calls each
 
 
 @dataclass(frozen=True)
@@ -263,9 +266,13 @@ def _act(ctx: Context, result: ScreenResult, left_s: float) -> int:
     for v in summary.verdicts:
         log(f"{v.node}: {v.status.value} {v.reason}")
     if records is None or result.store_error:
+        journal = _spooled_run(ctx, result)
+        drained = _act_in_outage(ctx, result, journal, left_s) if journal is not None else None
+        if drained:
+            return EXIT_REQUEUE
         slow = [v.node for v in drainable(summary, policy.verdict.confirm)]
-        if slow:
-            log(f"not draining {fold_nodes(slow)}: the database does not hold this run")
+        if slow and drained is None:
+            log(f"not draining {fold_nodes(slow)}: the run is neither stored nor spooled")
         return ctx.fail(f"job {job.job_id}: {result.store_error or 'no database'}")
     now = datetime.now(UTC)
     drains.close_passing(summary, records, now, run_id)
@@ -291,6 +298,37 @@ def _act(ctx: Context, result: ScreenResult, left_s: float) -> int:
         with _deferred_sigterm():
             drained = drains.apply_drains(chosen, by)
     return EXIT_REQUEUE if drained else 0
+
+
+def _spooled_run(ctx: Context, result: ScreenResult) -> SpooledDrains | None:
+    """The journal of this run's spool file, when the run went there whole (the database
+    did not answer, and nothing was lost): drains made now are replayed with it."""
+    tag = RUN_TAG.get()  # set by the screen's event loop, which runs this after-step
+    if tag is None or not result.store_error or SPOOLED_NOTE not in result.store_error:
+        return None
+    path = run_path(ctx.policy.store.spool_dir, tag)
+    return SpooledDrains(path, Trigger.PROLOG, ctx.job.job_id) if path.is_file() else None
+
+
+def _act_in_outage(
+    ctx: Context, result: ScreenResult, journal: SpooledDrains, left_s: float
+) -> list[str]:
+    """Drain what the spooled run found slow, the guard counting from Slurm (issue 45)."""
+    policy = ctx.policy
+    if not drainable(result.summary, policy.verdict.confirm) and not result.summary.shared_cause:
+        return []
+    part = ctx.job.partition
+    by = drains.Outage(
+        ctx.client,
+        lambda: [n for n in ctx.client.nodes() if not part or part in n.partitions],
+        journal,
+        policy.store.spool_dir,
+        max(1.0, min(OUTAGE_LOCK_WAIT_S, left_s)),
+        policy.slurm.dry_run,
+        ctx.log,
+    )
+    with _deferred_sigterm():  # a drain and its journal line go together
+        return drains.drain_in_outage(result.summary, ctx.job.nodes, policy, datetime.now(UTC), by)
 
 
 def _partition(ctx: Context) -> list[str]:

@@ -9,9 +9,13 @@ onto healthy nodes. Any internal error fails open (exit 0, said in the log) unle
 
 The screen goes through ``app.run_screen``, like `screener screen`: a run tag on every remote
 process, SIGTERM (PrologEpilogTimeout) stops fio on the nodes and marks the run failed, and
-a database that does not answer sends the results to the local spool. Nobody is drained
-from a run the database does not hold (it could never be resumed): that is a fail-open.
-Heavy modules (the store, the screen) are imported only once a job is selected.
+a database that does not answer sends the results to the local spool. A confirmed slow node
+is drained all the same (issue 45): the guard counts screener's drains from Slurm, and the
+drain is journalled in the run's spool file; anything else that fails still fails open.
+Once a hook finds the database up, it replays what waits in the spool after its decision
+(bounded: ``spool.REPLAY_MAX_FILES`` files, at most ``spool.REPLAY_BUDGET_S`` and never past
+the budget; under hookd after the exit code). Heavy modules (the store, the screen) are
+imported only once a job is selected.
 """
 
 from __future__ import annotations
@@ -96,8 +100,7 @@ def _run_job(
             return _fail(policy, log, f"job {job.job_id}: {exc}")
         unavailable = str(exc)
         log(f"job {job.job_id}: database unavailable ({exc}): every node is probed, results go")
-        log("to the spool, and nobody is drained (a drain the database cannot hold is never")
-        log("resumed)")
+        log("to the spool; a confirmed slow node is drained, recorded there, replayed later")
     except ScreenerError as exc:
         return _fail(policy, log, f"job {job.job_id}: {exc}")
     try:
@@ -113,12 +116,57 @@ def _run_job(
         ctx = execute.Context(policy, job, slurm, store, unavailable, log, deadline, fail)
         code = _requeue_or_start(ctx, execute.run(ctx), t0)
         _say_backend(later, client, log)  # a choice that failed fails the hook, as before
+        if store is not None:
+            _replay_after(policy, store, code, deadline, t0, log)
         return code
     except ScreenerError as exc:
         return _fail(policy, log, f"job {job.job_id}: {exc}")
     finally:
         if store is not None:
             store.close()
+
+
+def _replay_after(
+    policy: Policy, store: Store, code: int, deadline: Deadline, t0: float, log: HookLog
+) -> None:
+    """What waits in the spool, replayed now that the database answered this hook: after the
+    decision, within what is left of the budget (under hookd, after the exit code). Not when
+    a run spooled since this hook started (the database failed meanwhile). Never raises."""
+    from screener import spool
+    from screener.hooks import later
+    from screener.store.engine import describe, parse_url
+
+    spool_dir = policy.store.spool_dir
+    started = time.time() - (time.monotonic() - t0)
+    if spool.spooled_since(spool_dir, started):
+        return
+    left = min(spool.REPLAY_BUDGET_S, deadline.left(time.monotonic()))
+    if left <= 0:
+        return
+    url = database_url(policy)
+    where = describe(parse_url(url))
+
+    def replay(into: Store | None) -> None:
+        try:
+            if into is None:  # after the exit code: this hook's store is closed by then
+                from screener.store import open_store
+
+                with open_store(url) as own:
+                    done = spool.replay(own, spool_dir, where, budget_s=left)
+            else:
+                done = spool.replay(into, spool_dir, where, budget_s=left)
+        except Exception as exc:  # replay is bookkeeping: it never changes the hook's exit
+            log(f"spool not replayed: {describe_error(exc)}")
+            return
+        if done:
+            log(f"spool replayed: {spool.replayed_line(done)}")
+
+    if not spool.spool_files(spool_dir) and not spool.ingest_files(spool_dir):
+        return  # nothing waits: no store round trip
+    if code == 0 and later.can_defer():
+        later.defer(lambda: replay(None))
+    else:
+        replay(store)
 
 
 def _say_backend(later: ChosenLater | None, client: SlurmClient | None, log: HookLog) -> None:

@@ -24,10 +24,13 @@ def recorded_run(
     store: Store | None = None,
     db_unavailable: str | None = None,
     enabled: bool = True,
+    replay: bool = True,
 ) -> Iterator[spool.SpoolingStore | None]:
     """Where one run's results go (screen, prolog, sweep): the DB, opened here unless given
     (a server that does not answer means the spool), with the run's live marker; after a
-    run the DB stored, earlier spooled runs are replayed. None when ``enabled`` is false."""
+    run the DB stored, earlier spooled runs are replayed unless ``replay`` is false (the
+    prolog replays after its decision, within its budget). None when ``enabled`` is
+    false."""
     url = database_url(policy)
     where = describe(parse_url(url))
     spool_dir = policy.store.spool_dir
@@ -50,7 +53,7 @@ def recorded_run(
     marker = run_marker.mark_live(spool_dir, tag, nodes, policy.transport.kind)
     try:
         yield recorder
-        if db is not None and not (recorder and recorder.spooled):
+        if replay and db is not None and not (recorder and recorder.spooled):
             with contextlib.suppress(StoreError):  # earlier spooled runs, now the DB is back
                 spool.replay(db, spool_dir, where)
     finally:
