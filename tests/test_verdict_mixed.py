@@ -437,3 +437,19 @@ def test_tail_ceilings_need_min_history_and_follow_a_loaded_round() -> None:
     assert calm["fleet01"][0] == pytest.approx(p.lat_p99_ns / borderline_level(SHORT))
     # the round's tails are 2x their usual: everyone's ceiling moves with it
     assert loaded["fleet01"][0] == pytest.approx(p.lat_p99_ns / 2 * 2 / borderline_level(SHORT))
+
+
+def test_part_way_below_its_usual_place_the_full_probe_decides_and_it_is_not_learned() -> None:
+    """bench/time_to_start.py --fleet mixed, 2026-11-28 16:32: the triage read the healthy
+    nodes 1.45x faster than the sweeps' full probe had, the throttled node05 no faster:
+    0.38x its peers, 0.67x its usual place. Within the gap of its place: not drained on a
+    short read, not learned as its place either."""
+    reads = [1666, 2404, 2139, 1409, 605, 1523, 640, 1812]
+    usual = [1243, 1078, 1107, 1057, 659, 1086, 659, 1175]
+    probes = fleet(reads)
+    history = {p.node: [u * MB] * 3 for p, u in zip(probes, usual, strict=True)}
+    v = verdicts(screen(probes, history=history, policy=SHORT))["fleet05"]
+    assert v.status == Status.DEGRADED and v.signals[-1] == "usual_place", v.reason
+    assert not v.baseline
+    assert "within the gap of its usual place among its peers (0.67x, >= 0.5)" in v.reason
+    assert verdicts(evaluate(probes, history, POLICY))["fleet05"].status == Status.SLOW_READ

@@ -51,7 +51,7 @@ from screener.verdict.rules import (
     tail_stats,
 )
 from screener.verdict.shadow import shadowed
-from screener.verdict.usual import tail_ceilings, usual_doubt
+from screener.verdict.usual import at_usual_place, tail_ceilings, usual_doubt
 
 __all__ = ["MIN_HISTORY", "SLOW", "confirm", "evaluate", "fact_drift", "fact_problems"]
 __all__ += ["is_suspect", "judge_round2", "peer_stats", "references", "suspects"]
@@ -186,7 +186,8 @@ def _judge(
     )
     hard = [t for t in r_tags if t not in SOFT_TAGS]
     if (doubt := usual_doubt(hard, w_tags, figures.own_place, policy)) is not None:
-        if ceiling is not None and not problems and set(r_tags) <= {"peer_read"}:
+        usual = at_usual_place(figures.own_place, policy)
+        if usual and ceiling is not None and not problems and set(r_tags) <= {"peer_read"}:
             # Its place and its tail learned under this very recipe: as usual for it.
             own = figures.own_place or 0.0
             return replace(
@@ -195,14 +196,15 @@ def _judge(
                 signals=(),
                 baseline=True,
             )
-        # Its figures are its place under this recipe (baseline): after MIN_HISTORY such
-        # screens (each vouched by the full probe that follows) it reads as usual.
+        # At its usual place, its figures are its place under this recipe (baseline): after
+        # MIN_HISTORY such screens (each vouched by the full probe that follows) it reads as
+        # usual. Part-way down (0.5-0.71 of it) they are not: a drop is never learned.
         return replace(
             figures,
             status=Status.DEGRADED,
             reason="; ".join([*r_why, doubt, *problems, *(f"drift: {d}" for d in drift)]),
             signals=(*r_tags, USUAL_PLACE_TAG),
-            baseline=True,
+            baseline=usual,
         )
     if not hard and not w_tags and r_tags:
         # Only soft evidence (a stall mode): DEGRADED, probed again next time, never drained.

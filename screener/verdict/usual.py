@@ -47,17 +47,30 @@ def usual_doubt(
     hard: Sequence[str], w_tags: Sequence[str], own: float | None, policy: VerdictPolicy
 ) -> str | None:
     """A short read (``policy.short_read``: the prolog's triage and its re-probe) whose only
-    hard findings are peer-relative (``RELATIVE_TAGS``), on a node that reads at its usual
-    place among the round (``own``, ``rules.own_place``, at or above ``borderline_level``):
+    hard findings are peer-relative (``RELATIVE_TAGS``), on a node within the peer gap of its
+    usual place among the round (``own``, ``rules.own_place``, at or above ``min_peer_drop``):
     the reason of a DEGRADED doubt that the full probe decides, else None. Issue 44: on an
-    unpaced fleet a healthy slower model read 0.47-0.50x in the triage's QD8 window (its
-    full probe: 0.6x, OK) with a 5x p99 from its throttle, and was drained in 4 of 12 jobs.
-    A node that dropped from its place (a 1/20 reader: 0.05x its usual) is not spared."""
-    if not policy.short_read or own is None or own < borderline_level(policy):
+    unpaced fleet a healthy slower model read 0.35-0.50x in the triage's QD8 window (0.6x
+    and OK in the full probe) with a 4-5x p99 from its throttle, 0.67-0.86x of its usual
+    place (peers read 1.45x faster than in the full recipe, it did not), and was drained in
+    4 of 12 jobs. A node below half its place (a 1/20 reader: 0.08x) is not spared: that is
+    the peer gap on its own yardstick (rules.peer_outlier)."""
+    if not policy.short_read or own is None or own < policy.min_peer_drop:
         return None
     if not hard or w_tags or not set(hard) <= RELATIVE_TAGS:
         return None
-    return (
-        f"but it reads at its usual place among its peers ({fmt_ratio(own)}x, >= "
-        f"{borderline_level(policy):.2f}): a short read's finding, the full probe decides"
+    where = (
+        "at its usual place among its peers"
+        if at_usual_place(own, policy)
+        else "within the gap of its usual place among its peers"
     )
+    return (
+        f"but it reads {where} ({fmt_ratio(own)}x, >= {policy.min_peer_drop:g}): a short "
+        "read's finding, the full probe decides"
+    )
+
+
+def at_usual_place(own: float | None, policy: VerdictPolicy) -> bool:
+    """At or above ``borderline_level`` (0.71) of its usual place: where it always reads.
+    Only such figures are its history (a node part-way down is not learned as usual)."""
+    return own is not None and own >= borderline_level(policy)
