@@ -133,6 +133,11 @@ class StorePolicy:
 
     url: str = "sqlite:////var/lib/screener/screener.db"
     spool_dir: str = "/var/lib/screener/spool"  # results kept here while the DB is down
+    # PostgreSQL waits (screener/store/pg_connect.py, docs/configuration.md "Database")
+    connect_timeout_s: float = 5.0  # one host's connect attempt
+    connect_wait_s: float = 10.0  # retry "too many clients" / no primary yet, this long
+    pool_size: int = 4  # connections one process keeps
+    pool_timeout_s: float = 10.0  # a thread's wait for one of them
 
 
 @dataclass(frozen=True)
@@ -424,6 +429,10 @@ _BOUNDS: dict[str, tuple[float, float, bool]] = {
     "transport.connect_timeout_s": (0.1, 3600, False),
     "transport.command_timeout_s": (1, _MAX_SECONDS, False),
     "slurm.command_timeout_s": (1, 3600, False),
+    "store.connect_timeout_s": (1, 3600, False),
+    "store.connect_wait_s": (0, 3600, False),
+    "store.pool_size": (1, 1000, False),
+    "store.pool_timeout_s": (0, 3600, False),
     "slurm.max_drain_fraction": (0, 1, True),
     "slurm.partition_max_drain_fraction": (0, 1, True),
     "slurm.partition_window_s": (0, _YEAR, False),

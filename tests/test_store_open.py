@@ -160,3 +160,46 @@ def test_schema_from_a_newer_screener(db_url: str) -> None:
         upgrade(db_url)
     assert str(err.value).startswith("cannot upgrade the database at ")
     assert "ffff9999" in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("url", "where"),
+    [
+        ("postgresql://u@db1/x", "db1:5432/x"),
+        ("postgresql://u@db1:6432/x", "db1:6432/x"),
+        ("postgresql+psycopg://u:pw@/x?host=a:5433&host=b:5434", "a:5433,b:5434/x"),
+        ("postgresql://u@/x?host=a,b&port=5433,5434", "a:5433,b:5434/x"),
+        ("postgresql://u@/x?host=a,b&port=6000", "a:6000,b:6000/x"),
+        ("postgresql://u@/x?host=[::1]:5433&host=h2", "[::1]:5433,h2:5432/x"),
+        ("postgresql://u@/x?host=/var/run/postgresql", "/var/run/postgresql:5432/x"),
+    ],
+)
+def test_describe_names_every_host_never_a_password(url: str, where: str) -> None:
+    from screener.store.engine import describe, multi_host, parse_url
+
+    assert describe(parse_url(url)) == where
+    assert multi_host(parse_url(url)) == ("," in where)
+
+
+def test_redact_hides_userinfo_and_query_passwords() -> None:
+    from screener.store.engine import redact
+
+    multi = "postgresql+psycopg://u:sekrit@/x?host=a:1&host=b:2&target_session_attrs=read-write"
+    assert redact(multi) == multi.replace("sekrit", "***")
+    assert redact("postgresql://u@h/x?sslmode=require&PASSWORD=sekrit&a=b") == (
+        "postgresql://u@h/x?sslmode=require&PASSWORD=***&a=b"
+    )
+
+
+def test_unreachable_multi_host_names_every_host() -> None:
+    msg = refused("postgresql+psycopg://u:sekrit@/x?host=127.0.0.1:1&host=127.0.0.1:2")
+    assert msg.startswith("cannot connect to database at 127.0.0.1:1,127.0.0.1:2/x: ")
+    assert "sekrit" not in msg
+
+
+def test_store_limits_from_policy() -> None:
+    from screener.policy import policy_from_dict
+    from screener.store.pg_connect import StoreLimits
+
+    p = policy_from_dict({"store": {"connect_wait_s": 3, "pool_size": 2}})
+    assert StoreLimits.from_policy(p.store) == StoreLimits(connect_wait_s=3, pool_size=2)

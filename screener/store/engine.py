@@ -9,7 +9,9 @@ from __future__ import annotations
 import functools
 import importlib.metadata
 import json
+import math
 import os
+import re
 import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -17,15 +19,18 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Connection, Engine, create_engine, event
-from sqlalchemy.engine import URL, make_url
+from sqlalchemy.engine import URL, ExceptionContext, make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError, SQLAlchemyError
 
 from screener.errors import StoreError
 from screener.policy import redact_url
+from screener.store import pg_connect
+from screener.store.pg_connect import StoreLimits
 
 SQLITE_BUSY_TIMEOUT_S = 30.0  # concurrent prolog hooks queue for the write lock this long
-PG_CONNECT_TIMEOUT_S = 10  # an unreachable server fails within this, not TCP's minutes
 EXAMPLES = "sqlite:////var/lib/screener/screener.db or postgresql+psycopg://USER@HOST:5432/DB"
+_QUERY_PASSWORD = re.compile(r"([?&]password=)[^&#]*", re.IGNORECASE)
+_limits = StoreLimits()  # set_limits(): the [store] keys in force for this process
 _DRIVERS = {
     "sqlite": "sqlite",
     "sqlite+pysqlite": "sqlite",
@@ -43,8 +48,9 @@ def screener_version() -> str:
 
 
 def redact(url: str) -> str:
-    """The URL with any password replaced by ***, for messages (works on unparseable URLs)."""
-    return redact_url(url)
+    """The URL with any password replaced by ***, for messages (works on unparseable URLs);
+    libpq also takes ``?password=...``, hidden too."""
+    return _QUERY_PASSWORD.sub(r"\1***", redact_url(url))
 
 
 def parse_url(url: str) -> URL:
@@ -70,10 +76,55 @@ def parse_url(url: str) -> URL:
 
 
 def describe(url: URL) -> str:
-    """Where the database is, for messages: a file path, or host:port/db (never a password)."""
+    """Where the database is, for messages: a file path, or host:port/db (never a password);
+    a multi-host URL (``?host=a:5432&host=b:5432``) is ``a:5432,b:5432/db``."""
     if url.get_backend_name() == "sqlite":
         return url.database or ":memory:"
-    return f"{url.host or 'localhost'}:{url.port or 5432}/{url.database or ''}"
+    return f"{','.join(hosts(url))}/{url.database or ''}"
+
+
+def hosts(url: URL) -> list[str]:
+    """``host:port`` of every server a PostgreSQL URL lists, in libpq's order: the URL's
+    host, or the query's ``host`` (repeated, or libpq's ``a,b``) with ``port`` (``p1,p2``)."""
+    names = [url.host] if url.host else _query_list(url, "host")
+    ports = [str(url.port)] if url.port else _query_list(url, "port")
+    if not names:
+        names = ["localhost"]
+    out = []
+    for i, name in enumerate(names):
+        host, port = _host_port(name)
+        port = port or (ports[min(i, len(ports) - 1)] if ports else "5432")
+        out.append(f"{host or 'localhost'}:{port}")
+    return out
+
+
+def _host_port(name: str) -> tuple[str, str]:
+    """``h:5432`` -> (h, 5432); ``[::1]:5432`` -> ([::1], 5432); a bare name or address -> ''."""
+    if name.startswith("["):
+        addr, _, rest = name.partition("]")
+        return addr + "]", rest.lstrip(":")
+    if name.count(":") == 1:
+        host, _, port = name.partition(":")
+        return host, port
+    return name, ""
+
+
+def _query_list(url: URL, key: str) -> list[str]:
+    value = url.query.get(key)
+    items = [value] if isinstance(value, str) else list(value or ())
+    return [part for item in items for part in item.split(",") if part]
+
+
+def multi_host(url: URL) -> bool:
+    """True for a URL naming more than one server (libpq follows a failover across them)."""
+    return url.get_backend_name() == "postgresql" and len(hosts(url)) > 1
+
+
+def set_limits(limits: StoreLimits) -> None:
+    """The [store] limits for every engine this process makes from now on (an entry point
+    calls it once with ``StoreLimits.from_policy(policy.store)``)."""
+    global _limits
+    _limits = limits
 
 
 def sqlite_path(url: URL) -> Path | None:
@@ -130,11 +181,14 @@ def _check_sqlite_path(path: Path, *, create_dir: bool) -> None:
         raise StoreError(f"database file {path} is not readable and writable")
 
 
-def make_engine(url: str, *, create_dir: bool = False, readonly: bool = False) -> Engine:
+def make_engine(
+    url: str, *, create_dir: bool = False, readonly: bool = False, limits: StoreLimits | None = None
+) -> Engine:
     """An Engine for ``url`` with our per-backend settings; nothing is connected yet.
 
     ``readonly`` (admin queries) opens an SQLite file with ``mode=ro``: it never changes the
     file (no WAL switch, no -wal/-shm on a read-only mount) and never waits for a writer.
+    PostgreSQL: ``limits`` (default: set_limits()'s) bound the connect and the pool.
     """
     parsed = parse_url(url)
     path = sqlite_path(parsed)
@@ -147,16 +201,40 @@ def make_engine(url: str, *, create_dir: bool = False, readonly: bool = False) -
         if readonly and path is not None:
             kwargs["creator"] = functools.partial(_connect_readonly, path)
     else:
-        if "connect_timeout" not in parsed.query:
-            kwargs["connect_args"] = {"connect_timeout": PG_CONNECT_TIMEOUT_S}
-        kwargs["pool_pre_ping"] = True  # long-lived exporters survive a server restart
+        lim = limits or _limits
+        if "connect_timeout" not in parsed.query:  # libpq: whole seconds, at least 2
+            kwargs["connect_args"] = {"connect_timeout": max(2, math.ceil(lim.connect_timeout_s))}
+        kwargs["pool_pre_ping"] = True  # a dead connection (restart, failover) is replaced
+        kwargs |= {
+            "pool_size": lim.pool_size,
+            "max_overflow": 0,
+            "pool_timeout": lim.pool_timeout_s,
+        }
     try:
         engine = create_engine(parsed, **kwargs)
     except (NoSuchModuleError, ImportError) as exc:
         raise StoreError(f"database driver {parsed.drivername!r} is not usable: {exc}") from None
     if parsed.get_backend_name() == "sqlite":
         _sqlite_events(engine, wal=path is not None and not readonly)
+    else:
+        _pg_events(engine, limits or _limits)
     return engine
+
+
+def _pg_events(engine: Engine, limits: StoreLimits) -> None:
+    """Connections through pg_connect (bounded waits, in-doubt commits resolved); a write
+    refused as read-only (a server demoted under us) retires its connection."""
+
+    @event.listens_for(engine, "do_connect")
+    def _connect(_dialect: Any, _rec: Any, cargs: tuple[Any, ...], cparams: dict[str, Any]) -> Any:
+        if cargs:  # SQLAlchemy's psycopg dialect passes keywords only
+            raise StoreError("unexpected positional connect arguments")
+        return pg_connect.connect(limits, cparams)
+
+    @event.listens_for(engine, "handle_error")
+    def _read_only(ctx: ExceptionContext) -> None:
+        if getattr(ctx.original_exception, "sqlstate", None) == pg_connect.READ_ONLY_SQLSTATE:
+            ctx.is_disconnect = True
 
 
 def _connect_readonly(path: Path) -> sqlite3.Connection:
