@@ -39,8 +39,9 @@ times (rules.MIN_HISTORY: a node's usual place among its peers counts from three
 site's sweeps leave it: no verdict is fresh, so every prolog probes, but the triage has
 history to compare with besides the peers.
 
-A "+learned" mode (with +history) then runs DD_READINGS_MIN healthy jobs over every node
-and moves the store 2 h back: a site's earlier screened jobs, from which the triage learns
+A "+learned" mode (with +history) then runs DD_READINGS_MIN healthy jobs over every node,
+moving the store 2 h back before each and after the last (none is fresh, so each triages):
+a site's earlier screened jobs, hours apart, from which the triage learns
 each node's place and tail under its own recipe (a slower model pays the full probe in
 those, verdict/usual.py), none fresh; their walls are reported apart as for +rolling.
 
@@ -328,11 +329,14 @@ def script(out: Path) -> Path:
     return path
 
 
-def learning(cluster: ClusterHandle, out: Path, log: Path) -> list[float]:
+def learning(cluster: ClusterHandle, out: Path, log: Path, aged: Path | None = None) -> list[float]:
     """DD_READINGS_MIN healthy jobs over every node (the nodes learn their dd level); each
-    one's prolog wall."""
+    one's prolog wall. ``aged``: the store moved 2 h back after each job, so the next one
+    is not fresh and triages again (+learned: a site's jobs hours apart)."""
     walls: list[float] = []
     for _ in range(DD_READINGS_MIN):
+        if aged is not None:
+            age_store(aged, timedelta(hours=2))
         n = str(len(cluster.nodes))
         job_id = sbatch(cluster, "-N", n, "--comment", "screener=on", str(script(out)))
         job = wait_or_stuck(cluster, job_id, 300, need=len(cluster.nodes))
@@ -452,9 +456,10 @@ def case(
             for _ in range(SWEEPS_SEEN):  # rules.MIN_HISTORY: a node's usual place counts
                 seen_by_the_sweep(cluster, cfg, db, per_node=fleet.history_mb_s)
         rolled = rolling(cluster, cfg, out) if "rolling" in plus else None
-        learned = learning(cluster, out, log) if {"rolling", "learned"} & set(plus) else None
-        if "learned" in plus:  # those screens as a site's earlier jobs leave them: not fresh
-            age_store(out / "screener.db", timedelta(hours=2))
+        aged = out / "screener.db" if "learned" in plus else None
+        learned = learning(cluster, out, log, aged) if {"rolling", "learned"} & set(plus) else None
+        if aged is not None:  # those screens as a site's earlier jobs leave them: not fresh
+            age_store(aged, timedelta(hours=2))
         if slow:
             cluster.inject(cluster.nodes[0], "slow_read", fleet.slow)
         t0 = time.time()
@@ -696,7 +701,7 @@ def render(side: list[dict[str, Any]], fleets: list[str]) -> list[str]:
             full = ",".join(str(n) for n in s["healthy_full_probes"])
             drains = ",".join(str(len([n for n in r if n != "node01"])) for r in s["drained"])
             median = s["submit_to_start_s_median"]
-            start = "never" if median is None else f"{median}s"
+            start = "never" if median is None else f"{median:.1f}s"
             line += f" | {start:>13} {walls:<22} {full:<6} {drains:<7}"
         if "mixed_over_paced" in row:
             line += f" | {row['mixed_over_paced']:>11}"
