@@ -638,9 +638,19 @@ def load_policy(path: str | os.PathLike[str] | None = None) -> Policy:
     it exists, else built-in defaults. The same rule for every command and hook, so a site
     points a Slurm hook at its file through the environment without editing the hook."""
     path = config_path(path)
-    if path is None:
-        return Policy()
-    return policy_from_dict(_read_toml(path))
+    policy = Policy() if path is None else policy_from_dict(_read_toml(path))
+    _LOADED[:] = [policy.store]
+    return policy
+
+
+_LOADED: list[StorePolicy] = []  # [store] of the policy load_policy returned last
+
+
+def store_in_force() -> StorePolicy:
+    """The ``[store]`` section of the policy this process loaded (every command and hook
+    loads one, through load_policy), else the defaults: its limits bound every database
+    engine the process makes (screener/store/engine.py)."""
+    return _LOADED[0] if _LOADED else StorePolicy()
 
 
 def _read_toml(path: str | os.PathLike[str]) -> dict[str, Any]:

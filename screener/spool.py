@@ -10,10 +10,12 @@ outcome after), and an epilog's ingest goes to ``ingest-<uid>.json``.
 :func:`replay` stores each spooled file once, whoever calls it (`screener spool replay`, or
 the next hook that finds the DB up: bounded to a few files and seconds there). Each file is
 replayed under an exclusive ``flock`` (a second replayer skips it, and one that got the lock
-after the first removed the file sees it gone), a run still being written (its live
-marker's process alive) is left for later, a run already stored under its uid
-(``runs.policy["run_tag"]``) is not stored again, and each drain event is inserted only if
-not stored yet (screener.store.replayed), so replaying twice or at once stores once.
+after the first removed the file sees it gone) and in one database transaction under a lock
+on its run tag (screener.store.replayed: a replay cut short leaves nothing); a run still
+being written (its live marker's process alive) is left for later. A run the database holds
+under its uid (``runs.policy["run_tag"]``: started before the DB failed mid-run) is
+completed, not stored again: only its probes, verdicts and drain events not stored yet,
+then its finish. So replaying twice, at once, or after a crash stores everything once.
 """
 
 from __future__ import annotations
@@ -473,51 +475,84 @@ def _spooled_for(path: Path) -> str:
 
 
 def _replay_file(store: Store, path: Path) -> tuple[int | None, str]:
+    """Store what the database lacks of one spooled run, in one transaction."""
+    from screener.store.replayed import one_transaction
+
     lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     # A torn last line (killed mid-write) cannot happen with one os.write per batch, but a
     # file cut short by a full disk can: json.loads raises ValueError and the file is kept.
     head = next(e for e in lines if e["kind"] == "run")
+    uid = str(head["uid"])
+    with one_transaction(store, f"replay the spooled run {uid}", uid) as tx:
+        run_id, wrote = _complete_run(tx, head, lines)
+    return run_id, "stored" if wrote else "already stored"
+
+
+def _complete_run(
+    store: Store, head: dict[str, Any], lines: list[dict[str, Any]]
+) -> tuple[int, bool]:
+    """Store the spooled run, or complete the one the database holds under its tag (started
+    before the DB failed mid-run, or by a replay cut short): only its probes, verdicts and
+    drain events not stored yet, then its finish. Found by tag, never by the spooled
+    ``db_run_id``: a promoted standby may have lost that row and given its id to another
+    run. True when anything was written."""
+    from screener.store import convert
+    from screener.store.replayed import has_verdicts, run_finish, stored_probes
+
     started = datetime.fromisoformat(head["started_at"])
-    found = store.spooled_run(head["uid"], started)
-    if found is not None and found[1] != "running":
-        return found[0], "already stored"  # the finish is written last: all of it is in
-    for stale in (found[0] if found else None, head.get("db_run_id")):
-        if stale is not None:  # half-stored before the DB (or an earlier replay) died
-            with contextlib.suppress(StoreError):
-                store.finish_run(int(stale), started, "failed")
-    run_id = store.start_run(
-        Trigger(head["trigger"]),
-        head["nodes"],
-        head["policy"],
-        head["job_id"],
-        head["nodeset"],
-        started,
-    )
+    found = store.spooled_run(str(head["uid"]), started)
+    if found is None:
+        run_id = store.start_run(
+            Trigger(head["trigger"]),
+            head["nodes"],
+            head["policy"],
+            head["job_id"],
+            head["nodeset"],
+            started,
+        )
+    else:
+        run_id = found[0]
+    wrote = found is None
+    have = stored_probes(store, run_id)
+    judged = has_verdicts(store, run_id)
     finish: dict[str, Any] | None = None
     for e in lines:
         if e["kind"] == "probe":
-            store.record_probe(run_id, from_json(NodeProbe, e["probe"]), int(e["round"]))
-        elif e["kind"] == "verdicts":
+            probe = from_json(NodeProbe, e["probe"])
+            key = (convert.node_name(probe.node), int(e["round"]))
+            if key not in have:
+                store.record_probe(run_id, probe, key[1])
+                have.add(key)
+                wrote = True
+        elif e["kind"] == "verdicts" and not judged:
             store.record_verdicts(run_id, from_json(RunSummary, e["summary"]))
+            judged = wrote = True
         elif e["kind"] == "finish":
             finish = e
-    _replay_drains(store, run_id, head, lines)
-    if finish is None:  # the run died before it finished: it will never finish now
+    wrote = _replay_drains(store, run_id, head, lines) or wrote
+    status, finished_at = run_finish(store, run_id)
+    if finish is not None:  # the spool's finish wins (over a killed run's 'failed' guess too)
+        want = (str(finish["status"]), datetime.fromisoformat(finish["finished_at"]))
+        if (status, finished_at) != want:
+            store.finish_run(run_id, want[1], want[0])
+            wrote = True
+    elif status == "running":  # the run died before it finished: it will never finish now
         store.finish_run(run_id, started, "failed")
-    else:
-        store.finish_run(run_id, datetime.fromisoformat(finish["finished_at"]), finish["status"])
-    return run_id, "stored"
+        wrote = True
+    return run_id, wrote
 
 
 def _replay_drains(
     store: Store, run_id: int, head: dict[str, Any], lines: list[dict[str, Any]]
-) -> None:
+) -> bool:
     """The run's journalled drains as the store's own records: the intent, then the drain
     with its slow episode (or drain_failed); guard trips and the guard's line. An intent
-    with no outcome stays pending: the next run settles it against Slurm (finish_pending)."""
+    with no outcome stays pending: the next run settles it against Slurm (finish_pending).
+    True when an event was not stored yet."""
     from screener.store.replayed import record_event_once
     from screener.store.slurm_records import SlurmRecords
 
+    wrote = False
     for e in lines:
         kind = e["kind"]
         if kind == "guard_reason":
@@ -527,36 +562,42 @@ def _replay_drains(
             continue
         at = datetime.fromisoformat(e["at"])
         node, reason = str(e["node"]), str(e.get("reason") or "")
+        slurm_reason: str | None = reason
         if kind == "drain_pending":
-            record_event_once(
-                store, node, kind, "about to drain (database down)", at, run_id, reason
-            )
+            why = "about to drain (database down)"
         elif kind == "drain":
             trigger = Trigger(e.get("trigger") or head["trigger"])
-            record_event_once(
-                store, node, kind, reason, at, run_id, reason, e.get("job_id"), trigger
+            wrote = (
+                record_event_once(
+                    store, node, kind, reason, at, run_id, reason, e.get("job_id"), trigger
+                )
+                or wrote
             )
-        elif kind == "drain_failed":
-            record_event_once(store, node, kind, e["why"], at, run_id, reason)
-        else:
-            record_event_once(store, node, kind, e["why"], at, run_id, None)
+            continue
+        else:  # drain_failed (with the drain's reason), guard_trip (none)
+            why = str(e["why"])
+            slurm_reason = reason if kind == "drain_failed" else None
+        wrote = record_event_once(store, node, kind, why, at, run_id, slurm_reason) or wrote
+    return wrote
 
 
 def _replay_ingest(store: Store, path: Path) -> tuple[int | None, str]:
     """An epilog's spooled ingest: stored unless the job has an ingest of the same or a
     later observation already (this one replayed before, or a later attempt's)."""
     from screener.store.jobs import IngestHead, ResultRow, SlowRow, record_ingest
-    from screener.store.replayed import newest_ingest
+    from screener.store.replayed import newest_ingest, one_transaction
 
     doc = json.loads(path.read_text())
     head = from_json(IngestHead, doc["head"])
-    newest = newest_ingest(store, head.job_id)
-    if newest is not None and newest >= head.observed_at:
-        return None, "already stored"
     rows = [from_json(ResultRow, r) for r in doc["rows"]]
     slow = [from_json(SlowRow, r) for r in doc["slow"]]
     now = datetime.fromisoformat(doc["ingested_at"])
-    return record_ingest(store, head, rows, slow, now=now, replace=True), "stored"
+    doing, key = f"replay the ingest of job {head.job_id}", f"job {head.job_id}"
+    with one_transaction(store, doing, key) as tx:
+        newest = newest_ingest(tx, head.job_id)
+        if newest is not None and newest >= head.observed_at:
+            return None, "already stored"
+        return record_ingest(tx, head, rows, slow, now=now, replace=True), "stored"
 
 
 def spooled_since(spool_dir: str, since: float) -> bool:

@@ -120,3 +120,70 @@ def test_drained_while_the_database_is_down_then_replayed_once(
         if not pg.is_up():
             pg.start()
         cluster.reset()
+
+
+def _fio_job(cluster: ClusterHandle, out: Path, nodes: int) -> str:
+    """A job that names its output directory (not screened) and runs one fio per node,
+    writing fio's per-task documents where the epilog looks for them (docs/ingest.md)."""
+    fio = (
+        "fio --output-format=json --direct=1 --ioengine=psync --bs=1M --size=32M"
+        f" --filename={cluster.scratch}/outage-ingest.bin --name=write --rw=write"
+        " --name=read --rw=read --stonewall --unlink=1"
+    )
+    script = out / "fio-job.sh"
+    script.write_text(
+        f"#!/bin/sh\nexec srun --distribution=block --output={out}/fio.%j.%t.json {fio}\n"
+    )
+    script.chmod(0o755)
+    return sbatch(
+        cluster, "-N", str(nodes), "--ntasks-per-node=1", "--comment", f"screener_out={out}",
+        "-o", str(out / "job.%j.out"), str(script),
+    )  # fmt: skip
+
+
+def _ingests(url: str, job_id: str) -> tuple[int, int]:
+    """(job_ingests rows, job_results rows) of ``job_id``."""
+    with open_store(url) as store, store.reading("count the job's ingests") as conn:
+        heads = conn.scalar(
+            text("SELECT count(*) FROM job_ingests WHERE job_id = :j"), {"j": job_id}
+        )
+        rows = conn.scalar(
+            text("SELECT count(*) FROM job_results WHERE job_id = :j"), {"j": job_id}
+        )
+    return int(heads or 0), int(rows or 0)
+
+
+def test_an_epilog_ingest_spooled_in_an_outage_appears_once_after(
+    site: tuple[ClusterHandle, Path, PgCluster], tmp_path: Path
+) -> None:
+    """The epilog of a job with outputs ends while PostgreSQL is down: the judged ingest is
+    spooled (epilog/ingest.py _spool_ingest). Once the database is back, the next job's
+    epilog replays it, with no command typed: the job's ingest is stored once."""
+    cluster, d, pg = site
+    config, log_path, spool_dir = d / "screener.toml", tmp_path / "hook.log", d / "spool"
+    write_config(config, cluster, pg.url, log_path)
+    up = run_screener(cluster, config, "db", "upgrade")
+    assert up.returncode == 0, up.stderr
+    try:
+        pg.stop()
+        job_id = _fio_job(cluster, tmp_path, 3)
+        job = wait_job(cluster, job_id)
+        assert job["job_state"] == "COMPLETED", (tmp_path / f"job.{job_id}.out").read_text()
+        said = f"job {job_id}: database unavailable ("
+        log = wait_for(
+            "the epilog to spool", lambda: said in log_path.read_text() and log_path.read_text()
+        )
+        assert "ingest spooled to" in log and "outputs not ingested" not in log, log
+        (spooled,) = spool_dir.glob("ingest-*.json")
+        assert json.loads(spooled.read_text())["head"]["job_id"] == job_id
+
+        pg.start()  # no command typed: the next job's epilog replays the spool
+        wait_job(cluster, sbatch(cluster, "-N", "1", "--wrap", "true"))
+        wait_for("the spool to be replayed", lambda: not list(spool_dir.glob("ingest-*")), 60)
+        heads, rows = _ingests(pg.url, job_id)
+        assert heads == 1 and rows >= 3, (heads, rows, log_path.read_text())
+        assert "spool replayed: 1 stored" in log_path.read_text()
+    finally:
+        if not pg.is_up():
+            pg.start()
+        cluster.reset()

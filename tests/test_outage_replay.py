@@ -18,12 +18,18 @@ from typing import Any
 from sqlalchemy import ColumnElement, func, select
 
 from screener import run_marker, spool
-from screener.probe_data import RunSummary, Status, Trigger, Verdict
+from screener.probe_data import NodeProbe, RunSummary, Status, Trigger, Verdict
 from screener.store import Store, open_store
 from screener.store.engine import describe, parse_url
 from screener.store.jobs import IngestHead, ResultRow, SlowRow, job_results
 from screener.store.slurm_records import SlurmRecords
-from screener.store.tables import EpisodeRecord, EventRecord, RunRecord, VerdictRecord
+from screener.store.tables import (
+    EpisodeRecord,
+    EventRecord,
+    NodeProbeRecord,
+    RunRecord,
+    VerdictRecord,
+)
 
 pytest_plugins = ["store_fixtures"]  # fixtures: db_backend, db_url, pg_dbs
 
@@ -46,6 +52,84 @@ def _spool_run(spool_dir: Path, db: str, uid: str, slow: str, others: list[str])
     journal.drained(slow, REASON)
     journal.guard("guard: 1 of 3 allocated nodes slow (test)", [others[0]])
     return rec.path
+
+
+def _half_store(store: Store, path: Path, probes: int) -> int:
+    """What a prolog that lost its database after ``probes`` probe writes left there: its
+    run (status running, tagged) and those probes, from the spool file's own entries."""
+    lines = [json.loads(x) for x in path.read_text().splitlines()]
+    head = lines[0]
+    run_id = store.start_run(
+        Trigger(head["trigger"]),
+        head["nodes"],
+        head["policy"],
+        head["job_id"],
+        head["nodeset"],
+        datetime.fromisoformat(head["started_at"]),
+    )
+    for e in [e for e in lines if e["kind"] == "probe"][:probes]:
+        store.record_probe(run_id, spool.from_json(NodeProbe, e["probe"]), e["round"])
+    return run_id
+
+
+def _spool_probed_run(spool_dir: Path, db: str, uid: str) -> Path:
+    """A run whose probes were spooled too: round 1 of n01 and n02, round 2 of n01."""
+    path = _spool_run(spool_dir, db, uid, "n01", ["n02", "n03"])
+    probes = [("n01", 1), ("n02", 1), ("n01", 2)]
+    entries = [
+        {"kind": "probe", "round": r, "probe": spool.to_json(NodeProbe(n, duration_s=r))}
+        for n, r in probes
+    ]
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join([lines[0], *map(json.dumps, entries), *lines[1:]]) + "\n")
+    return path
+
+
+def test_a_half_stored_run_is_completed_not_stored_again(db_url: str, tmp_path: Path) -> None:
+    """The DB failed mid-run: its start and first probe are in, the rest spooled. Replay
+    completes that row (one runs row per tag), and a replay cut short by an error leaves
+    nothing of itself (one transaction), so the next one completes it exactly once."""
+    sp, where = tmp_path / "spool", _where(db_url)
+    path = _spool_probed_run(sp, where, "20261201090000-dddddddddddd")
+    good = path.read_text()
+    with open_store(db_url, upgrade=True) as store:
+        run_id = _half_store(store, path, probes=1)
+        # A replay that fails after writing a probe: its last probe names a bad node.
+        lines = [json.loads(x) for x in good.splitlines()]
+        lines[3]["probe"]["node"] = "bad node"  # round 2 of n01, after n02's probe
+        path.write_text("".join(json.dumps(e) + "\n" for e in lines))
+        (cut,) = spool.replay(store, str(sp), where)
+        assert cut.outcome.startswith("error: ") and "bad node" in cut.outcome
+        assert path.exists()
+        assert _count(store, NodeProbeRecord) == 1 and _count(store, VerdictRecord) == 0
+        assert _count(store, EventRecord) == 0 and store.latest_runs(1)[0].status == "running"
+        path.write_text(good)
+        (done,) = spool.replay(store, str(sp), where)
+        assert (done.outcome, done.run_id) == ("stored", run_id)
+        assert _count(store, RunRecord) == 1
+        assert _count(store, NodeProbeRecord) == 3 and _count(store, VerdictRecord) == 3
+        (run,) = store.latest_runs(5)
+        assert run.status == "done" and run.finished_at == NOW + timedelta(seconds=20)
+        assert [e.action for e in store.node_events("n01")] == ["drain", "drain_pending"]
+        path.write_text(good)  # the file again (a crash after the commit, before the unlink)
+        (again,) = spool.replay(store, str(sp), where)
+        assert (again.outcome, again.run_id) == ("already stored", run_id)
+        assert _count(store, NodeProbeRecord) == 3 and _count(store, EventRecord) == 3
+
+
+def test_a_killed_runs_failed_guess_gives_way_to_its_spooled_finish(tmp_path: Path) -> None:
+    """A run marked failed by finish_stale (its process killed after its spooled finish):
+    the spool's finish and the rest of the run are stored, not skipped as already stored."""
+    url = f"sqlite:///{tmp_path}/s.db"
+    sp, where = tmp_path / "spool", _where(url)
+    path = _spool_probed_run(sp, where, "20261201090000-eeeeeeeeeeee")
+    with open_store(url, upgrade=True) as store:
+        run_id = _half_store(store, path, probes=0)
+        store.finish_run(run_id, NOW, "failed")
+        (done,) = spool.replay(store, str(sp), where)
+        assert (done.outcome, done.run_id) == ("stored", run_id)
+        assert store.latest_runs(1)[0].status == "done"
+        assert _count(store, NodeProbeRecord) == 3 and _count(store, RunRecord) == 1
 
 
 def _count(store: Store, table: Any, *where: ColumnElement[bool]) -> int:
@@ -123,11 +207,13 @@ print(json.dumps([[Path(r.path).name, r.outcome] for r in done]))
 def test_two_replayers_at_once_store_everything_once(db_url: str, tmp_path: Path) -> None:
     sp, where = tmp_path / "spool", _where(db_url)
     n = 12
-    for i in range(n):
-        uid = f"20261201090{i:03d}-{i:012x}"
-        _spool_run(sp, where, uid, f"s{i:02d}", [f"h{i:02d}a", f"h{i:02d}b"])
-    with open_store(db_url, upgrade=True):
-        pass
+    paths = [
+        _spool_run(sp, where, f"20261201090{i:03d}-{i:012x}", f"s{i:02d}", [f"h{i:02d}a"])
+        for i in range(n)
+    ]
+    with open_store(db_url, upgrade=True) as store:
+        for path in paths[::2]:  # half of them half-stored: the DB failed after their start
+            _half_store(store, path, probes=0)
     gate = tmp_path / "go"
     procs = [
         subprocess.Popen(
@@ -149,7 +235,8 @@ def test_two_replayers_at_once_store_everything_once(db_url: str, tmp_path: Path
     assert spool.spool_files(str(sp)) == []
     with open_store(db_url) as store:
         assert _count(store, RunRecord) == n
-        assert _count(store, VerdictRecord) == 3 * n
+        assert _count(store, RunRecord, RunRecord.status == "done") == n
+        assert _count(store, VerdictRecord) == 2 * n
         assert _count(store, EventRecord, EventRecord.action == "drain") == n
         assert _count(store, EventRecord, EventRecord.action == "drain_pending") == n
         assert _count(store, EventRecord, EventRecord.action == "guard_trip") == n

@@ -24,10 +24,10 @@ if TYPE_CHECKING:
 pytest_plugins = ["store_fixtures"]  # fixtures: db_backend, db_url, empty_db_url, pg_dbs, db_store
 
 
-def refused(url: str, **kw: bool) -> str:
+def refused(url: str, *, upgrade: bool = False) -> str:
     """The StoreError line open_store gives for ``url``."""
     with pytest.raises(StoreError) as err:
-        open_store(url, **kw)
+        open_store(url, upgrade=upgrade)
     msg = str(err.value)
     assert "\n" not in msg and "Traceback" not in msg
     return msg
@@ -203,3 +203,35 @@ def test_store_limits_from_policy() -> None:
 
     p = policy_from_dict({"store": {"connect_wait_s": 3, "pool_size": 2}})
     assert StoreLimits.from_policy(p.store) == StoreLimits(connect_wait_s=3, pool_size=2)
+
+
+def test_the_loaded_policys_store_limits_reach_the_engine(
+    pg_dbs: PgDatabases, pg_template: str, tmp_path: Path
+) -> None:
+    """Every command and hook loads its policy with load_policy: the [store] keys of that
+    file bound the engines it opens (pool, connect timeout, retry wait), with no caller
+    passing them."""
+    from screener.policy import database_url, load_policy
+    from screener.store.engine import set_limits
+    from screener.store.pg_connect import PgConnection, StoreLimits
+
+    url = pg_dbs.create(pg_template)
+    cfg = tmp_path / "screener.toml"
+    cfg.write_text(
+        f'[store]\nurl = "{url}"\nconnect_timeout_s = 3\nconnect_wait_s = 1.5\n'
+        "pool_size = 3\npool_timeout_s = 2.5\n"
+    )
+    set_limits(None)
+    try:
+        policy = load_policy(cfg)
+        with open_store(database_url(policy)) as store:
+            assert store.engine.pool.size() == 3  # type: ignore[attr-defined]
+            assert store.engine.pool.timeout() == 2.5  # type: ignore[attr-defined]
+            with store.engine.connect() as conn:
+                pg = conn.connection.driver_connection
+                assert isinstance(pg, PgConnection)
+                assert pg.limits == StoreLimits(3, 1.5, 3, 2.5)
+                assert pg.info.get_parameters()["connect_timeout"] == "3"
+    finally:
+        (tmp_path / "empty.toml").write_text("")
+        load_policy(tmp_path / "empty.toml")  # later tests in this process: the defaults

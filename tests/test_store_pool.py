@@ -144,3 +144,33 @@ def test_one_process_pool_waits_bounded(pg: PgCluster) -> None:
     assert errors and all("QueuePool limit" in o for o in errors), outcome
     assert len(errors) + sum(o == "stored" for o in outcome.values()) == USERS, outcome
     assert longest <= LIMITS.pool_timeout_s + 2 * 0.5 + SLACK_S
+
+
+def test_until_bounds_each_wait_by_a_share_of_the_time_left() -> None:
+    now = time.monotonic()
+    long = StoreLimits().until(now + 600)
+    assert (long.connect_timeout_s, long.connect_wait_s, long.pool_timeout_s) == (5, 10, 10)
+    short = StoreLimits().until(now + 8)  # a 10 s prolog budget: 8 s left for the store
+    assert short.connect_wait_s <= 2 and short.pool_timeout_s <= 2
+    assert short.connect_timeout_s == 2 and short.deadline == now + 8  # libpq's least
+    assert short.until(now + 4).deadline == now + 4
+    assert StoreLimits().until(now - 1).connect_wait_s == 0
+
+
+def test_a_deadline_bounds_a_hooks_wait_on_a_full_server(pg: PgCluster) -> None:
+    """A prolog's store (StoreLimits.until its budget) gives up on a full server within
+    the deadline, however long connect_wait_s is, and one past its deadline never connects."""
+    _clear(pg)
+    patient = StoreLimits(connect_timeout_s=5, connect_wait_s=60, pool_size=1, pool_timeout_s=60)
+    with ExitStack() as stack:
+        _hold(pg, 8, stack)
+        t0 = time.monotonic()
+        with pytest.raises(StoreError, match="too many clients"):
+            open_store(pg.url, limits=patient.until(t0 + 3.0, share=1.0))
+        took = time.monotonic() - t0
+    assert took <= 3.0 + 0.5, f"waited {took:.2f} s past a 3 s deadline"
+    t0 = time.monotonic()
+    with pytest.raises(StoreError, match="no time left in the hook's budget"):
+        open_store(pg.url, limits=patient.until(t0 + 1.0))  # a free server, but no time
+    assert time.monotonic() - t0 < 0.5
+    print(f"full server, 3 s deadline: gave up after {took:.2f} s")

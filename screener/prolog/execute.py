@@ -19,11 +19,12 @@ import signal
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from functools import cached_property
 
 from screener.app import ScreenRequest, ScreenResult, make_transport, run_screen
+from screener.errors import StoreError
 from screener.hooks import drains, later
 from screener.hooks.drain_rules import drainable, small_allocation
 from screener.hooks.log import HookLog
@@ -84,7 +85,12 @@ class Context:
 def run(ctx: Context) -> int:
     """Screen a selected job: its exit code (EXIT_REQUEUE when a screen drained, or
     ``fail_closed`` and a screen's run could not be stored)."""
-    known = _known(ctx)
+    try:
+        known = _known(ctx)
+    except StoreError as exc:  # it answered the open, then not (a burst took its connections)
+        ctx.log(f"job {ctx.job.job_id}: database unavailable ({exc}): results go to the spool")
+        ctx = replace(ctx, store=None, unavailable=str(exc))
+        known = Known.nothing(datetime.now(UTC))
     opening = plan.opening(ctx.job.nodes, known, ctx.policy)
     ctx.say(opening.lines)
     fast, probe, iostat_started = opening.fast, opening.probe, False

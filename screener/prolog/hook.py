@@ -42,6 +42,7 @@ from screener.slurm.client import check_job_id
 if TYPE_CHECKING:
     from screener.prolog.execute import Context
     from screener.store import Store
+    from screener.store.pg_connect import StoreLimits
 
 
 def run_prolog(
@@ -90,10 +91,12 @@ def _run_job(
     url = database_url(policy)
     store: Store | None = None
     later = ChosenLater(policy.slurm) if client is None else None  # chosen while we go on
+    deadline = Deadline(t0, policy.prolog.budget_s)
     try:
         on = f"({shorten(job.name)!r}) on {fold_nodes(job.nodes)}"
         log(f"job {job.job_id} {on}: screening ({why})")
-        store = open_store(url, upgrade=url.startswith("sqlite"))
+        limits = _store_limits(policy, deadline)
+        store = open_store(url, upgrade=url.startswith("sqlite"), limits=limits)
         unavailable = None
     except StoreError as exc:
         if url.startswith("sqlite"):  # a local file: a path/permission mistake, not an outage
@@ -111,7 +114,6 @@ def _run_job(
 
         slurm: SlurmClient | None = later if later is not None else client
         assert slurm is not None  # one of the two is always set
-        deadline = Deadline(t0, policy.prolog.budget_s)
         fail = functools.partial(_fail, policy, log)
         ctx = execute.Context(policy, job, slurm, store, unavailable, log, deadline, fail)
         code = _requeue_or_start(ctx, execute.run(ctx), t0)
@@ -124,6 +126,16 @@ def _run_job(
     finally:
         if store is not None:
             store.close()
+
+
+def _store_limits(policy: Policy, deadline: Deadline) -> StoreLimits:
+    """The [store] limits within the budget: no wait on the database ends past it (less
+    half the decide reserve), and none takes over a quarter of it (a busy database leaves
+    the rest to the screen; the results then go to the spool)."""
+    from screener.store.pg_connect import StoreLimits
+
+    end = deadline.start + deadline.budget_s - deadline.reserve_s / 2
+    return StoreLimits.from_policy(policy.store).until(end)
 
 
 def _replay_after(

@@ -23,14 +23,14 @@ from sqlalchemy.engine import URL, ExceptionContext, make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError, SQLAlchemyError
 
 from screener.errors import StoreError
-from screener.policy import redact_url
+from screener.policy import redact_url, store_in_force
 from screener.store import pg_connect
 from screener.store.pg_connect import StoreLimits
 
 SQLITE_BUSY_TIMEOUT_S = 30.0  # concurrent prolog hooks queue for the write lock this long
 EXAMPLES = "sqlite:////var/lib/screener/screener.db or postgresql+psycopg://USER@HOST:5432/DB"
 _QUERY_PASSWORD = re.compile(r"([?&]password=)[^&#]*", re.IGNORECASE)
-_limits = StoreLimits()  # set_limits(): the [store] keys in force for this process
+_limits: StoreLimits | None = None  # set_limits(): overrides the loaded policy's [store]
 _DRIVERS = {
     "sqlite": "sqlite",
     "sqlite+pysqlite": "sqlite",
@@ -120,11 +120,18 @@ def multi_host(url: URL) -> bool:
     return url.get_backend_name() == "postgresql" and len(hosts(url)) > 1
 
 
-def set_limits(limits: StoreLimits) -> None:
-    """The [store] limits for every engine this process makes from now on (an entry point
-    calls it once with ``StoreLimits.from_policy(policy.store)``)."""
+def set_limits(limits: StoreLimits | None) -> None:
+    """Limits for every engine this process makes from now on, instead of those of the
+    policy it loaded (None: back to those)."""
     global _limits
     _limits = limits
+
+
+def limits_in_force() -> StoreLimits:
+    """What an engine made without explicit limits uses: set_limits()'s, else the [store]
+    keys of the policy this process loaded (load_policy: every command and hook), else the
+    defaults."""
+    return _limits if _limits is not None else StoreLimits.from_policy(store_in_force())
 
 
 def sqlite_path(url: URL) -> Path | None:
@@ -188,7 +195,7 @@ def make_engine(
 
     ``readonly`` (admin queries) opens an SQLite file with ``mode=ro``: it never changes the
     file (no WAL switch, no -wal/-shm on a read-only mount) and never waits for a writer.
-    PostgreSQL: ``limits`` (default: set_limits()'s) bound the connect and the pool.
+    PostgreSQL: ``limits`` (default: limits_in_force()) bound the connect and the pool.
     """
     parsed = parse_url(url)
     path = sqlite_path(parsed)
@@ -196,12 +203,12 @@ def make_engine(
         check_sqlite_path(path, create_dir=create_dir, readonly=readonly)
     # NaN is not JSON and PostgreSQL refuses it; refuse it on SQLite too, to match.
     kwargs: dict[str, Any] = {"json_serializer": functools.partial(json.dumps, allow_nan=False)}
+    lim = limits or limits_in_force()
     if parsed.get_backend_name() == "sqlite":
         kwargs["connect_args"] = {"timeout": SQLITE_BUSY_TIMEOUT_S}
         if readonly and path is not None:
             kwargs["creator"] = functools.partial(_connect_readonly, path)
     else:
-        lim = limits or _limits
         if "connect_timeout" not in parsed.query:  # libpq: whole seconds, at least 2
             kwargs["connect_args"] = {"connect_timeout": max(2, math.ceil(lim.connect_timeout_s))}
         kwargs["pool_pre_ping"] = True  # a dead connection (restart, failover) is replaced
@@ -217,7 +224,7 @@ def make_engine(
     if parsed.get_backend_name() == "sqlite":
         _sqlite_events(engine, wal=path is not None and not readonly)
     else:
-        _pg_events(engine, limits or _limits)
+        _pg_events(engine, lim)
     return engine
 
 

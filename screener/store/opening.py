@@ -17,15 +17,20 @@ from screener.store.engine import (
     make_engine,
     sqlite_path,
 )
+from screener.store.pg_connect import StoreLimits
 from screener.store.revision import check_current, schema_head, stamped_revision
 from screener.store.store import Store
 
 
-def open_store(url: str, *, upgrade: bool = False, readonly: bool = False) -> Store:
+def open_store(
+    url: str, *, upgrade: bool = False, readonly: bool = False, limits: StoreLimits | None = None
+) -> Store:
     """A Store for ``url``; with ``upgrade`` first migrate to head (creating an SQLite file
     and its directory), else refuse a database that is not at head. ``readonly`` (queries)
-    opens an SQLite file without ever changing it."""
-    engine = make_engine(url, create_dir=upgrade, readonly=readonly and not upgrade)
+    opens an SQLite file without ever changing it. PostgreSQL waits within ``limits``
+    (default: the [store] keys of the policy this process loaded, engine.limits_in_force)."""
+    ro = readonly and not upgrade
+    engine = make_engine(url, create_dir=upgrade, readonly=ro, limits=limits)
     try:
         if upgrade and _revision(engine) != schema_head():
             from screener.store.migrate import upgrade_engine  # Alembic only when needed

@@ -8,13 +8,16 @@
   the database holds (no duplicate on replay); anything else is an error as before.
 - **A write on a read-only server** invalidates the connection, so the next transaction
   gets a fresh one from libpq's host list.
+- **A deadline** (a prolog's budget, :meth:`StoreLimits.until`): no connect attempt is
+  started that could end past it, and no retry waits past it.
 """
 
 from __future__ import annotations
 
+import math
 import random
 import time
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 import psycopg
@@ -33,6 +36,8 @@ _TRANSIENT = (
     "not yet accepting connections",
 )
 READ_ONLY_SQLSTATE = "25006"  # cannot execute INSERT in a read-only transaction
+MIN_CONNECT_TIMEOUT_S = 2  # libpq's connect_timeout: whole seconds, 1 counts as 2
+NO_TIME = "no time left in the hook's budget to connect to the database"
 
 
 @dataclass(frozen=True)
@@ -44,12 +49,26 @@ class StoreLimits:
     connect_wait_s: float = 10.0  # retry a busy server or a failover in progress this long
     pool_size: int = 4  # connections one process keeps; more threads wait for one
     pool_timeout_s: float = 10.0  # how long a thread waits for a pooled connection
+    deadline: float | None = None  # time.monotonic() no connect may end past (until())
 
     @classmethod
     def from_policy(cls, store: Any) -> StoreLimits:
         """The limits of a ``[store]`` section (any object with these attributes)."""
-        own = {f.name: getattr(store, f.name) for f in fields(cls) if hasattr(store, f.name)}
-        return cls(**own)
+        names = [f.name for f in fields(cls) if f.name != "deadline"]
+        return cls(**{n: getattr(store, n) for n in names if hasattr(store, n)})
+
+    def until(self, deadline: float, share: float = 0.25) -> StoreLimits:
+        """These limits for a caller that must be done by ``deadline`` (time.monotonic()):
+        no connect ends past it, and no one wait (connect retries, a pooled connection)
+        takes more than ``share`` of the time left now, leaving the rest to the work."""
+        cap = max(deadline - time.monotonic(), 0.0) * share
+        return replace(
+            self,
+            connect_timeout_s=min(self.connect_timeout_s, max(cap, MIN_CONNECT_TIMEOUT_S)),
+            connect_wait_s=min(self.connect_wait_s, cap),
+            pool_timeout_s=min(self.pool_timeout_s, cap),
+            deadline=deadline if self.deadline is None else min(deadline, self.deadline),
+        )
 
 
 def transient(exc: BaseException) -> bool:
@@ -58,17 +77,46 @@ def transient(exc: BaseException) -> bool:
     return any(t in text for t in _TRANSIENT)
 
 
+def _in_time(limits: StoreLimits, cparams: dict[str, Any]) -> dict[str, Any]:
+    """``cparams`` with a connect_timeout that lets every listed host be tried before the
+    limits' deadline; OperationalError (not transient) when not even the shortest can."""
+    if limits.deadline is None:
+        return cparams
+    hosts = max(len(str(cparams.get("host") or "").split(",")), 1)
+    left = limits.deadline - time.monotonic()
+    given = int(cparams.get("connect_timeout") or math.ceil(limits.connect_timeout_s))
+    each = min(given, math.floor(left / hosts))
+    if each < MIN_CONNECT_TIMEOUT_S:
+        raise psycopg.OperationalError(NO_TIME)
+    return {**cparams, "connect_timeout": each}
+
+
+def _end(limits: StoreLimits, wait_s: float) -> float:
+    """When a wait of ``wait_s`` from now must end: then, or the deadline if sooner."""
+    end = time.monotonic() + wait_s
+    return end if limits.deadline is None else min(end, limits.deadline)
+
+
 def connect(limits: StoreLimits, cparams: dict[str, Any]) -> PgConnection:
-    """A PgConnection, retrying transient failures for up to ``limits.connect_wait_s``."""
-    deadline = time.monotonic() + limits.connect_wait_s
+    """A PgConnection, retrying transient failures for up to ``limits.connect_wait_s``
+    (never past ``limits.deadline``: then the last failure is raised)."""
+    deadline = _end(limits, limits.connect_wait_s)
     pause = 0.05
+    last: psycopg.OperationalError | None = None
     while True:
         try:
-            conn = PgConnection.connect(**cparams)
+            params = _in_time(limits, cparams)
+        except psycopg.OperationalError:
+            if last is not None:  # what kept us waiting says more than "no time left"
+                raise last from None
+            raise
+        try:
+            conn = PgConnection.connect(**params)
         except psycopg.OperationalError as exc:
             left = deadline - time.monotonic()
             if not transient(exc) or left <= 0:
                 raise
+            last = exc
             time.sleep(min(left, pause * random.uniform(0.5, 1.5)))  # jitter: bursts spread
             pause = min(pause * 2, 1.0)
             continue
@@ -114,7 +162,7 @@ class PgConnection(psycopg.Connection[Any]):
     def _outcome(self, xid: int) -> str:
         """committed / aborted / lost (unknown to the new primary: its WAL never got there).
         InDoubtCommit when no primary answers within connect_wait_s."""
-        deadline = time.monotonic() + self.limits.connect_wait_s
+        deadline = _end(self.limits, self.limits.connect_wait_s)
         while True:
             try:
                 with connect(self.limits, self.cparams) as conn:

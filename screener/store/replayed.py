@@ -1,24 +1,100 @@
 """Store writes of the spool's replay (screener.spool) that must happen once however many
-replayers run: a node event (a drain made while the database was down, with its slow
-episode) is checked for and inserted in one transaction, under a per-node advisory lock on
-PostgreSQL (SQLite's BEGIN IMMEDIATE already serialises writers), so two replayers that
-both check before either inserts cannot both insert."""
+replayers run. A spool file is replayed in one transaction (:func:`one_transaction`: all of
+it or, after a crash or an error, none of it), under an advisory lock on its run tag on
+PostgreSQL (SQLite's BEGIN IMMEDIATE already serialises writers), so a second replayer
+waits, then finds everything stored. A node event (a drain made while the database was
+down, with its slow episode) is also checked for and inserted under a per-node lock."""
 
 from __future__ import annotations
 
 import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 
-from sqlalchemy import func, insert, select, text
+from sqlalchemy import Connection, func, insert, select, text
 
 from screener.probe_data import Trigger
 from screener.store import convert
 from screener.store.base import aware, ensure_nodes, run_started
 from screener.store.drain_intents import open_episode_in
+from screener.store.engine import translated
 from screener.store.store import Store
-from screener.store.tables import EventRecord, JobIngestRecord
+from screener.store.tables import (
+    EventRecord,
+    JobIngestRecord,
+    NodeProbeRecord,
+    NodeRecord,
+    RunRecord,
+    VerdictRecord,
+)
 
 _REPLAY_CLASS = 0x5C80  # advisory-lock class of replayed events (locks.py uses 0x5C7E/F)
+_FILE_CLASS = 0x5C81  # advisory-lock class of a replayed spool file (its run tag or job)
+
+
+def _lock(conn: Connection, cls: int, name: str) -> None:
+    """A transaction-scoped advisory lock on (cls, name) on PostgreSQL; nothing on SQLite."""
+    if conn.dialect.name == "postgresql":
+        key = zlib.crc32(name.encode()) & 0x7FFFFFFF
+        conn.execute(text("SELECT pg_advisory_xact_lock(:c, :o)"), {"c": cls, "o": key})
+
+
+class _InTransaction(Store):
+    """A Store whose every read and write runs on one connection, in its open transaction."""
+
+    def __init__(self, store: Store, conn: Connection) -> None:
+        super().__init__(store.engine)
+        self._conn = conn
+
+    @contextmanager
+    def writing(self, doing: str) -> Iterator[Connection]:
+        with translated(doing):
+            yield self._conn
+
+    @contextmanager
+    def reading(self, doing: str) -> Iterator[Connection]:
+        with translated(doing):
+            yield self._conn
+
+    def close(self) -> None:  # the engine is the caller's store's
+        return
+
+
+@contextmanager
+def one_transaction(store: Store, doing: str, key: str) -> Iterator[Store]:
+    """``store`` as one write transaction for the block, holding the advisory lock of
+    ``key`` (a run tag, a job id): committed when the block ends, rolled back on any error,
+    so a replay cut short (killed, the database gone again) leaves nothing of itself."""
+    with store.writing(doing) as conn:
+        _lock(conn, _FILE_CLASS, key)
+        yield _InTransaction(store, conn)
+
+
+def stored_probes(store: Store, run_id: int) -> set[tuple[str, int]]:
+    """(node, round) of every probe of ``run_id`` the store holds."""
+    query = (
+        select(NodeRecord.name, NodeProbeRecord.round)
+        .join(NodeRecord, NodeRecord.id == NodeProbeRecord.node_id)
+        .where(NodeProbeRecord.run_id == run_id)
+    )
+    with store.reading(f"look up the probes of run {run_id}") as conn:
+        return {(str(name), int(rnd)) for name, rnd in conn.execute(query)}
+
+
+def has_verdicts(store: Store, run_id: int) -> bool:
+    """Are the verdicts of ``run_id`` stored (they are written in one transaction)?"""
+    query = select(VerdictRecord.id).where(VerdictRecord.run_id == run_id).limit(1)
+    with store.reading(f"look up the verdicts of run {run_id}") as conn:
+        return conn.scalar(query) is not None
+
+
+def run_finish(store: Store, run_id: int) -> tuple[str, datetime | None]:
+    """(status, finished_at) of ``run_id``."""
+    query = select(RunRecord.status, RunRecord.finished_at).where(RunRecord.id == run_id)
+    with store.reading(f"look up run {run_id}") as conn:
+        row = conn.execute(query).one()
+    return str(row[0]), None if row[1] is None else aware_utc(row[1])
 
 
 def record_event_once(
@@ -38,11 +114,7 @@ def record_event_once(
     name = convert.node_name(node)
     when = aware(at, "at")
     with store.writing(f"replay the {action} event of {name}") as conn:
-        if conn.dialect.name == "postgresql":
-            key = zlib.crc32(name.encode()) & 0x7FFFFFFF
-            conn.execute(
-                text("SELECT pg_advisory_xact_lock(:c, :o)"), {"c": _REPLAY_CLASS, "o": key}
-            )
+        _lock(conn, _REPLAY_CLASS, name)
         if run_id is not None:
             run_started(conn, run_id)
         node_id = ensure_nodes(conn, [name], when, touch=False)[name]
