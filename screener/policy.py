@@ -266,6 +266,20 @@ class IngestPolicy:
 
 
 @dataclass(frozen=True)
+class TrendPolicy:
+    """Early warning (issue 46, `screener trend`): a node's sweep figures over its round's
+    peer median, a Theil-Sen fit; DECLINING (a warning, never a drain) when even the slowest
+    fall its band allows crosses the slow line (verdict.min_peer_drop, rand_peer_drop)
+    within horizon_days (docs/detection.md, "Early warning")."""
+
+    horizon_days: float = 14.0  # warn when the line is crossed within this (sweep cadence)
+    min_sweeps: int = 6  # fewer sweeps of the current recipe: no forecast, said so
+    window: int = 12  # fit the newest this many sweeps
+    confidence: float = 0.9  # two-sided band of the slope (Kendall/Sen)
+    since_days: float = 90.0  # read sweeps this far back
+
+
+@dataclass(frozen=True)
 class Policy:
     """The whole configuration."""
 
@@ -277,6 +291,7 @@ class Policy:
     prolog: PrologPolicy = field(default_factory=PrologPolicy)
     sweep: SweepPolicy = field(default_factory=SweepPolicy)
     ingest: IngestPolicy = field(default_factory=IngestPolicy)
+    trend: TrendPolicy = field(default_factory=TrendPolicy)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dict (stored with each run so a verdict can be explained later).
@@ -297,6 +312,7 @@ _SECTIONS: dict[str, type[Any]] = {
     "prolog": PrologPolicy,
     "sweep": SweepPolicy,
     "ingest": IngestPolicy,
+    "trend": TrendPolicy,
 }
 
 _ALLOWED = {
@@ -466,6 +482,11 @@ _BOUNDS: dict[str, tuple[float, float, bool]] = {
     "ingest.min_phase_mib": (0, 1 << 30, False),
     "ingest.decisive_ratio": (0, 0.99, True),  # 1 would call every node decisive
     "ingest.min_iostat_samples": (1, 100_000, False),
+    "trend.horizon_days": (0, 36500, True),
+    "trend.min_sweeps": (3, 1000, False),
+    "trend.window": (3, 1000, False),
+    "trend.confidence": (0, 0.999, True),  # 1 would be a band of every slope
+    "trend.since_days": (0, 36500, True),
 }
 # A numeric key added without a line above still gets these (finite, and an integer that
 # fits SQLite), so no new key can carry 1e300 or a 30-digit integer into the code.

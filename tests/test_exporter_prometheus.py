@@ -100,7 +100,7 @@ def test_alert_rules_evaluate_on_the_exporter(prom: Prom) -> None:
     with urllib.request.urlopen(f"{prom.url}/api/v1/rules", timeout=10) as r:
         groups = json.load(r)["data"]["groups"]
     rules = {rule["name"]: rule for g in groups for rule in g["rules"]}
-    assert len(rules) == 9
+    assert len(rules) == 10
     assert {n: r["health"] for n, r in rules.items() if r["health"] != "ok"} == {}
     quiet = ("ScreenerSweepMissing", "ScreenerSweepFailed", "ScreenerStoreUnreadable")
     assert all(rules[n]["state"] == "inactive" for n in quiet), [rules[n] for n in quiet]

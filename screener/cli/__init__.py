@@ -20,14 +20,14 @@ from pathlib import Path
 from rich.console import Console
 
 from screener import __version__
-from screener.cli import admin, db, hookd, ingest, observe, screen, slurm, spool
+from screener.cli import admin, db, hookd, ingest, observe, screen, slurm, spool, trend
 from screener.cli.common import EXIT_SLOW
 from screener.errors import ScreenerError, Terminated
 from screener.hooks.log import describe_error
 
 __all__ = ["EXIT_SLOW", "main"]
 
-FAMILIES = (screen, admin, observe, db, slurm, hookd, spool, ingest)
+FAMILIES = (screen, admin, observe, db, slurm, hookd, spool, ingest, trend)
 HOOKS = ("prolog", "epilog")  # run by slurmctld: every failure is exit 0 (docs/slurm.md)
 
 

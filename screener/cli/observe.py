@@ -59,7 +59,7 @@ def exporter(args: argparse.Namespace, console: Console) -> int:
         raise ConfigError(f"--reuse-seconds must be >= 0, not {args.reuse_seconds}")
     with app.open_results(policy) as store:
         registry = CollectorRegistry()
-        registry.register(StoreCollector(store, reuse_s=args.reuse_seconds))
+        registry.register(StoreCollector(store, reuse_s=args.reuse_seconds, policy=policy))
         # screening vs in-job figures over 30 days, also per rule (shadowed or not)
         registry.register(AccuracyCollector(store, shadow=policy.verdict.shadow))
         registry.register(OpsCollector(store, policy))  # what the alerting rules need

@@ -4,7 +4,9 @@ Two things are kept between scrapes: the probe-duration histogram, added up incr
 (probes with a higher id than the last scrape saw), so a scrape never rescans the whole
 probe table; and the per-node figures while no node, verdict or drain/resume was added
 (StoreCollector below), so an unchanged fleet is not re-read and re-rendered every scrape.
-Probe ages are computed at every scrape. Names follow Prometheus conventions: ``screener_``
+Probe ages are computed at every scrape. The early warning's forecasts (issue 46) are
+fitted again only when a verdict was added and ``trend_reuse_s`` has passed: a fit reads
+every node's sweeps of ``[trend] since_days``. Names follow Prometheus conventions: ``screener_``
 prefix, base units (bytes per second, seconds), ``_total`` counters. A store failure does
 not fail the scrape: ``screener_store_up`` goes to 0 and the store's metrics are left out.
 """
@@ -28,9 +30,12 @@ from prometheus_client.registry import Collector
 
 from screener.errors import ScreenerError
 from screener.metrics.exposition import ColumnGauge, label_value
+from screener.policy import Policy
 from screener.probe_data import Trigger
 from screener.store import Store, views
 from screener.store.tables import EVENT_ACTIONS, RUN_STATUSES
+from screener.store.trend import node_trends
+from screener.verdict.trend import TrendStatus, TrendVerdict
 
 log = logging.getLogger(__name__)
 
@@ -98,13 +103,21 @@ class StoreCollector(Collector):
     """
 
     def __init__(
-        self, store: Store, clock: Callable[[], datetime] | None = None, reuse_s: float = 60.0
+        self,
+        store: Store,
+        clock: Callable[[], datetime] | None = None,
+        reuse_s: float = 60.0,
+        policy: Policy | None = None,
+        trend_reuse_s: float = 900.0,
     ) -> None:
         self.store = store
         self.clock = clock or (lambda: datetime.now(UTC))
         self.reuse_s = reuse_s
         self.histogram = _Histogram()
         self._nodes: _NodeFamilies | None = None
+        self.policy = policy or Policy()  # [trend] and the slow lines (verdict gaps)
+        self.trend_reuse_s = trend_reuse_s
+        self._trends: tuple[int, float, list[Metric]] | None = None  # verdict mark, at, families
 
     def describe(self) -> Iterable[Metric]:
         return []  # no pre-registration checks: collect() talks to the database
@@ -123,6 +136,7 @@ class StoreCollector(Collector):
 
     def _store_metrics(self) -> Iterator[Metric]:
         yield from self._node_families()
+        yield from self._trend_families()
         runs, events = views.counters(self.store)
         c = CounterMetricFamily(
             "screener_runs", "Screening runs by trigger and status.", labels=["trigger", "status"]
@@ -167,6 +181,53 @@ class StoreCollector(Collector):
             self._nodes = nodes  # one assignment: a concurrent scrape sees old or new
         ages = [None if t is None else (now - t).total_seconds() for t in nodes.last_probe_at]
         return [*nodes.families, _gauge(*NODE_AGE, nodes.names, nodes.texts, ages)]
+
+    def _trend_families(self) -> list[Metric]:
+        """The DECLINING nodes' forecasts: fitted again once a verdict was added (a sweep)
+        and ``trend_reuse_s`` passed since the last fit, else the last fit's families."""
+        verdicts = views.change_marks(self.store)[1]
+        kept = self._trends
+        if kept is not None and (
+            kept[0] == verdicts or time.monotonic() - kept[1] < self.trend_reuse_s
+        ):
+            return kept[2]
+        fitted = node_trends(self.store, self.policy, self.clock())
+        families = trend_metrics([v for v in fitted if v.status is TrendStatus.DECLINING])
+        self._trends = (verdicts, time.monotonic(), families)
+        return families
+
+
+TREND_GAUGES = (
+    (
+        "screener_node_trend_days_to_slow_line",
+        "Days until the node's figure is forecast to cross the slow line (early warning, "
+        "`screener trend`); a series only while the node is DECLINING. Never drains.",
+    ),
+    (
+        "screener_node_trend_sweeps_to_slow_line",
+        "Sweeps until the node's figure is forecast to cross the slow line; a series only "
+        "while the node is DECLINING.",
+    ),
+)
+
+
+def trend_metrics(declining: Sequence[TrendVerdict]) -> list[Metric]:
+    """Per DECLINING node and figure ("seq read", "rand read"): its forecast in days and in
+    sweeps to the slow line."""
+    rows = [v for v in declining if v.days_to_cross is not None]
+    labels: dict[str, Sequence[str]] = {
+        "figure": [v.figure for v in rows],
+        "node": [v.node for v in rows],
+    }
+    texts = [f'figure="{label_value(v.figure)}",node="{label_value(v.node)}"' for v in rows]
+    columns = (
+        [float(v.days_to_cross or 0.0) for v in rows],
+        [float(v.sweeps_to_cross or 0.0) for v in rows],
+    )
+    return [
+        ColumnGauge(name, doc, labels, texts, column)
+        for (name, doc), column in zip(TREND_GAUGES, columns, strict=True)
+    ]
 
 
 # Per-node gauges: (name, help) in the order they are exported.

@@ -1,0 +1,72 @@
+"""`screener trend [NODESET]`: early warning (issue 46), each node's sweep figures fitted over
+its recent sweeps; DECLINING nodes first, with the figure, the slope and the forecast in
+words. A warning for the admin who schedules the swap: nothing is drained."""
+
+from __future__ import annotations
+
+import argparse
+from datetime import UTC, datetime
+
+from rich.console import Console
+
+from screener.cli.common import Subparsers, parse_duration
+
+COLUMNS = (
+    *("node", "figure", "status", "sweeps", "level", "per_sweep"),
+    *("sweeps_to_cross", "crosses_at", "reason"),
+)
+
+
+def register(sub: Subparsers) -> None:
+    t = sub.add_parser("trend", help="early warning: nodes whose figures fall toward the slow line")
+    t.add_argument("nodeset", nargs="?", default="", help="e.g. 'node[01-64]' (default: all)")
+    t.add_argument("--horizon", help="warn of a crossing within this (default [trend] 14d)")
+    t.add_argument("--all", action="store_true", help="every node's figures, not only warnings")
+    fmt = t.add_mutually_exclusive_group()
+    fmt.add_argument("--json", action="store_true", help="print every row as JSON")
+    fmt.add_argument("--csv", action="store_true", help="print every row as CSV")
+    t.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace, console: Console) -> int:
+    from screener import app
+    from screener.hostlist import expand_nodeset
+    from screener.policy import load_policy
+    from screener.report import terminal
+    from screener.store.trend import node_trends
+    from screener.verdict.trend import TrendStatus
+
+    # every argument checked before the database is opened
+    nodes = expand_nodeset(args.nodeset) if args.nodeset else None
+    horizon = parse_duration(args.horizon, "--horizon") if args.horizon else None
+    policy = load_policy(args.config)
+    with app.open_results(policy) as store:
+        rows = node_trends(store, policy, datetime.now(UTC), nodes, horizon)
+    if args.json:
+        print(terminal.rows_json(rows))
+        return 0
+    if args.csv:
+        print(terminal.rows_csv(rows), end="")
+        return 0
+    warned = [r for r in rows if r.status is TrendStatus.DECLINING]
+    reach = args.horizon or f"{policy.trend.horizon_days:g}d"
+    fitted = len({r.node for r in rows})
+    console.print(
+        f"{fitted} nodes with sweeps: {len({r.node for r in warned})} declining "
+        f"(crossing the slow line within {reach}); a warning, nobody is drained",
+        highlight=False,
+        markup=False,
+    )
+    shown = rows if args.all else warned
+    if shown:
+        title = "trends" if args.all else f"declining nodes (within {reach}; --all: every node)"
+        console.print(terminal.rows_table(title, shown, COLUMNS))
+    for r in warned:
+        console.print(r.reason, highlight=False, markup=False)
+    if not rows:
+        console.print(
+            "no sweep figures in the store yet: `screener sweep` adds them",
+            highlight=False,
+            markup=False,
+        )
+    return 0
