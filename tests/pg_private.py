@@ -25,6 +25,8 @@ from pathlib import Path
 
 import psycopg
 
+from tests.store_fixtures import _pid_alive
+
 PREFIX = "scrpg_"  # every private cluster's name starts so; the pid follows the worker
 TIMEOUT_S = 60.0
 # Fast and small: test data need not survive an OS crash (a stop of the server is fine).
@@ -69,16 +71,6 @@ def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _unique(name: str) -> str:

@@ -12,14 +12,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
 
-from sqlalchemy import Connection, func, insert, select, text
+from sqlalchemy import Connection, func, select, text
 
 from screener.probe_data import Trigger
 from screener.store import convert
 from screener.store.base import aware, ensure_nodes, run_started
 from screener.store.drain_intents import open_episode_in
 from screener.store.engine import translated
-from screener.store.store import Store
+from screener.store.store import Store, insert_event
 from screener.store.tables import (
     EventRecord,
     JobIngestRecord,
@@ -128,17 +128,7 @@ def record_event_once(
         )
         if conn.scalar(same.limit(1)) is not None:
             return False
-        conn.execute(
-            insert(EventRecord).values(
-                node_id=node_id,
-                at=when,
-                action=action,
-                reason=reason,
-                run_id=run_id,
-                slurm_reason=slurm_reason,
-                job_id=job_id,
-            )
-        )
+        insert_event(conn, node_id, when, action, reason, run_id, slurm_reason, job_id)
         if episode is not None:
             open_episode_in(conn, node_id, episode, when, reason, run_id, job_id)
         return True

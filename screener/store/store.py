@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
+    Connection,
     insert,
     select,
     update,
@@ -166,14 +167,28 @@ class Store(StoreReads):
             if run_id is not None:
                 run_started(conn, run_id)
             node_id = ensure_nodes(conn, [name], when, touch=False)[name]
-            conn.execute(
-                insert(EventRecord).values(
-                    node_id=node_id,
-                    at=when,
-                    action=action,
-                    reason=reason,
-                    run_id=run_id,
-                    slurm_reason=slurm_reason,
-                    job_id=job_id,
-                )
-            )
+            insert_event(conn, node_id, when, action, reason, run_id, slurm_reason, job_id)
+
+
+def insert_event(
+    conn: Connection,
+    node_id: int,
+    at: datetime,
+    action: str,
+    reason: str,
+    run_id: int | None,
+    slurm_reason: str | None,
+    job_id: str | None,
+) -> None:
+    """One node_events row (record_event's, and the spool replay's once it found none alike)."""
+    conn.execute(
+        insert(EventRecord).values(
+            node_id=node_id,
+            at=at,
+            action=action,
+            reason=reason,
+            run_id=run_id,
+            slurm_reason=slurm_reason,
+            job_id=job_id,
+        )
+    )
