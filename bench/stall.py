@@ -21,22 +21,10 @@ class Throttles(Protocol):
 
 
 class Stall:
-    """Throttle ``node``'s reads to ``rate`` bytes/s for ``on_s``, free for ``off_s``, repeat.
+    """Throttle ``node``'s reads to ``rate`` bytes/s for ``on_s``, free for ``off_s``, repeat."""
 
-    ``base`` (a throttle value, e.g. "300M") is the read rate between stalls on a paced
-    cluster, so the node reads like its paced peers there instead of unthrottled."""
-
-    def __init__(
-        self,
-        cluster: Throttles,
-        node: str,
-        rate: int,
-        on_s: float,
-        off_s: float,
-        base: int | str | None = None,
-    ) -> None:
+    def __init__(self, cluster: Throttles, node: str, rate: int, on_s: float, off_s: float) -> None:
         self.cluster = cluster
-        self.base = base
         self.node = node
         self.rate = rate
         self.on_s = on_s
@@ -49,14 +37,8 @@ class Stall:
         while not self._stop.wait(self.off_s):
             self.cluster.inject(self.node, "slow_read", self.rate)
             self._stop.wait(self.on_s)
-            self._between()
-            self.cycles += 1
-
-    def _between(self) -> None:
-        if self.base is None:
             self.cluster.heal(self.node)
-        else:
-            self.cluster.inject(self.node, "slow_read", self.base)
+            self.cycles += 1
 
     def __enter__(self) -> Stall:
         self._thread.start()

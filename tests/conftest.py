@@ -23,7 +23,7 @@ if str(REPO) not in sys.path:  # `deploy` is not an installed package; tests imp
 
 from deploy.minicluster import Cluster, ClusterError, ClusterHandle, preflight  # noqa: E402
 from deploy.minicluster.slots import claim_slot  # noqa: E402
-from tests.hooked_cluster import slurm_version_under_test  # noqa: E402
+from tests.hooked_cluster import PACE, PACE_IOPS, slurm_version_under_test  # noqa: E402
 
 _ACTIVE: list[ClusterHandle] = []  # the session cluster, once it is up
 
@@ -105,6 +105,11 @@ def cluster() -> Iterator[ClusterHandle]:
                 subnet=slot.subnet,
                 slurm_port_base=slot.slurm_port_base,
                 slurm_version=slurm_version_under_test(),  # SCREENER_TEST_SLURM
+                # every device at one pace, as on the hooked clusters: healthy nodes read
+                # alike, and a probe waits on its device, not on the 2 shared cores (unpaced,
+                # test_pipeline + test_concurrency + test_cli cost 286 CPU s, paced 164)
+                pace=PACE,
+                pace_iops=PACE_IOPS,
             )
         except ClusterError as exc:
             mc.down()

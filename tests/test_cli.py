@@ -12,8 +12,6 @@ from typing import Any
 
 import pytest
 
-from tests.hooked_cluster import pace_devices
-
 SCREENER = [sys.executable, "-m", "screener.cli"]
 
 
@@ -114,9 +112,6 @@ def test_local_target_missing_is_unknown(tmp_path: Path) -> None:
 @pytest.mark.cluster
 def test_screen_cluster_over_ssh_exit_3_and_stored(cluster: Any, tmp_path: Path) -> None:
     slow = cluster.nodes[-1]
-    # every device at one pace first, so the 2 shared cores do not decide a healthy node's
-    # read (CI on a5758d3: a healthy peer not OK beside other workers' cluster tests)
-    pace_devices(cluster, list(cluster.nodes))
     cluster.inject(slow, "slow_read", 20_000_000)
     cfg = small_config(
         tmp_path,

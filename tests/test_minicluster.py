@@ -425,6 +425,8 @@ def test_up_again_is_idempotent_and_repairs(cluster: ClusterHandle) -> None:
         "subnet": spec.subnet,
         "slurm_port_base": spec.slurm_port_base,
         "slurm_version": spec.slurm_version,  # SCREENER_TEST_SLURM's: up refuses a change
+        "pace": spec.pace_bps,  # the session cluster's pace (conftest): the same spec
+        "pace_iops": spec.pace_iops,
     }
     before = json.loads((cluster.state_dir / "runtime.json").read_text())
     mc.up(spec.nodes, **kwargs)  # type: ignore[arg-type]

@@ -21,7 +21,7 @@ from screener.store import open_store
 
 pytestmark = pytest.mark.cluster
 
-SLOW_BPS = 20_000_000  # 20 MB/s: the loop devices read at >= 500 MB/s here
+SLOW_BPS = 20_000_000  # 20 MB/s: the session cluster paces every device at 300 MB/s
 
 
 def cluster_policy(cluster: Any, **verdict: Any) -> Policy:

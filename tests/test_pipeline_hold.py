@@ -25,19 +25,8 @@ from screener.probe.fio import recipe_fingerprint
 from screener.probe_data import RunSummary, Status, Trigger, Verdict
 from screener.store import Store, open_store
 from screener.verdict.rules import MIN_HISTORY
-from tests.hooked_cluster import PACE, pace_devices
 
 pytestmark = pytest.mark.cluster
-
-
-@pytest.fixture(autouse=True)
-def _paced(cluster: Any) -> None:
-    """Every device paced alike first (the session cluster is not): unpaced, a loop device
-    on page cache reads at whatever CPU the 2 shared cores leave it, and beside two other
-    workers' cluster tests (load 11-15) a healthy node read 0.49x and 0.20x of its peers in
-    both rounds and was confirmed SLOW (CI on a5758d3 and ef1fe35). The rules these tests
-    are about are the same at 300 MB/s; the reset after each test heals the pace."""
-    pace_devices(cluster, list(cluster.nodes))
 
 
 def _store(tmp_path: Path) -> Store:
@@ -129,7 +118,7 @@ def test_fleet_wide_slowdown_finds_the_50x_node_and_history_catches_up(
 def test_intermittently_stalling_reader_is_found_on_its_tail(cluster: Any) -> None:
     policy = cluster_policy(cluster)
     bad = cluster.nodes[3]
-    with Stall(cluster, bad, rate=1_000_000, on_s=0.8, off_s=1.0, base=PACE) as stall:
+    with Stall(cluster, bad, rate=1_000_000, on_s=0.8, off_s=1.0) as stall:
         result = run(cluster, policy)
     assert stall.cycles >= 3
     v = next(v for v in result.summary.verdicts if v.node == bad)
