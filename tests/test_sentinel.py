@@ -77,8 +77,13 @@ def test_real_fio_sentinel_reads_the_kept_file_and_fails_without_it(tmp_path: Pa
         finally:
             await t.close()
 
-    (got,) = asyncio.run(go([1.0]))  # usual 1 byte/s: anything passes
-    assert got.passed and got.read_bw is not None and got.read_bw > 1 * MB
+    # usual 1 byte/s: anything passes. Three reads, the fastest is the yardstick below: the
+    # first 0.2 s read of a cold file ran 2.3x slower than the next (CI on 7aa3f40: a "0.25x"
+    # close call then read 0.58x and passed)
+    reads = [asyncio.run(go([1.0]))[0] for _ in range(3)]
+    assert all(r.passed and r.read_bw is not None and r.read_bw > 1 * MB for r in reads), reads
+    got = max(reads, key=lambda r: r.read_bw or 0.0)
+    assert got.read_bw is not None
     (fast,) = asyncio.run(go([got.read_bw * 100]))  # a node 100x faster than it reads now
     assert not fast.passed and fast.reason.endswith("(< 0.5)")  # decisive: read once
     # a close call (about 0.25x, above 0.5 x CLOSE_FACTOR) reads again before it costs a full
