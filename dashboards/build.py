@@ -212,6 +212,7 @@ def fleet() -> dict[str, Any]:
             _pos(0, 26, 24, 8),
         ),
         *coverage_panels(34),
+        trend_panel(42),
     ]
     return dashboard("screener-fleet", "screener: fleet overview", panels, [])
 
@@ -263,6 +264,43 @@ def coverage_panels(y: int) -> list[Panel]:
             options={"displayMode": "basic", "orientation": "horizontal"},
         ),
     ]
+
+
+TREND_DAYS = "screener_node_trend_days_to_slow_line"  # screener/metrics/collector.py
+TREND_SWEEPS = "screener_node_trend_sweeps_to_slow_line"
+
+
+def trend_panel(y: int) -> Panel:
+    """Early warning (issue 46): each DECLINING node and figure with its forecast in days and
+    in sweeps to the slow line, soonest first, one row each (the two instant queries merged on
+    their labels). The gauges have a series only while a node declines: an empty table is a
+    fleet without a warning. A warning: screener drains nobody for it."""
+    panel = prom_panel(
+        "table",
+        "Declining nodes: forecast to the slow line (early warning, nobody is drained)",
+        {"days": f"sort({TREND_DAYS})", "sweeps": TREND_SWEEPS},
+        _pos(0, y, 24, 8),
+        options={"showHeader": True, "cellHeight": "sm"},
+    )
+    for target in panel["targets"]:
+        target |= {"instant": True, "range": False, "format": "table"}
+    panel["fieldConfig"]["defaults"]["decimals"] = 1
+    panel["transformations"] = [
+        {"id": "merge", "options": {}},
+        {"id": "sortBy", "options": {"sort": [{"field": "Value #A", "desc": False}]}},
+        {
+            "id": "organize",
+            "options": {
+                "excludeByName": {"Time": True, "instance": True, "job": True},
+                "indexByName": {"node": 0, "figure": 1, "Value #A": 2, "Value #B": 3},
+                "renameByName": {
+                    "Value #A": "days to the slow line",
+                    "Value #B": "sweeps to the slow line",
+                },
+            },
+        },
+    ]
+    return panel
 
 
 def node() -> dict[str, Any]:

@@ -1,16 +1,23 @@
-"""The Grafana dashboards: generated files up to date, data source uids provisioned, and
-every SQL query runs on the real PostgreSQL as the read-only role of deploy/sql and returns
-rows for seeded runs (the PromQL side is in test_exporter_prometheus.py)."""
+"""The Grafana dashboards: generated files up to date, data source uids provisioned, every
+metric a PromQL query reads is one the exporter exports, the early-warning panel lists the
+declining node on a real Prometheus, and every SQL query runs on the real PostgreSQL as the
+read-only role of deploy/sql and returns rows for seeded runs (the rest of the PromQL side
+is in test_exporter_prometheus.py)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import secrets
 import subprocess
 import sys
+import threading
+import time
+import urllib.parse
+import urllib.request
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -18,11 +25,22 @@ import pytest
 import yaml
 from accuracy_seed import JOB, MISSED, seed_accuracy
 from admin_seed import FLAKY, SLOW, seed_fleet
+from prom_fixtures import PROMETHEUS, SHADOW, free_port
+from prometheus_client import CollectorRegistry
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
+from trend_seed import DECLINING, seed_declining
 
-from screener.store import open_store
+from screener.metrics import StoreCollector, serve
+from screener.metrics.accuracy import AccuracyCollector
+from screener.metrics.collector import TREND_GAUGES
+from screener.metrics.ops import OpsCollector
+from screener.policy import Policy, StorePolicy
+from screener.store import Store, open_store
+from screener.store.migrate import upgrade
+from screener.store.trend import node_trends
+from screener.verdict.trend import TrendStatus
 
 pytest_plugins = ["store_fixtures"]
 
@@ -77,6 +95,159 @@ def test_dashboards_use_the_provisioned_data_sources() -> None:
         "screener: node detail",
         "screener: flaky nodes",
     }
+
+
+# ---- PromQL: the metrics the exporter exports --------------------------------------------
+
+METRIC = re.compile(r"\bscreener_[a-z0-9_]+\b")
+TREND_TITLE = "Declining nodes: forecast to the slow line"
+
+
+def _promql() -> list[tuple[str, str, str]]:
+    """(file, panel or variable, PromQL) of every dashboard: targets and query variables."""
+    out = []
+    for path in sorted(DASHBOARDS.glob("*.json")):
+        doc = json.loads(path.read_text())
+        out += [
+            (path.name, p["title"], t["expr"])
+            for p in doc["panels"]
+            for t in p["targets"]
+            if "expr" in t  # PromQL, not SQL
+        ]
+        out += [
+            (path.name, f"${v['name']}", v["definition"])
+            for v in doc["templating"]["list"]
+            if v.get("datasource", {}).get("type") == "prometheus"
+        ]
+    return out
+
+
+def _trend_panel() -> dict[str, Any]:
+    (panel,) = [
+        p
+        for p in json.loads((DASHBOARDS / "screener-fleet.json").read_text())["panels"]
+        if p["title"].startswith(TREND_TITLE)
+    ]
+    return dict(panel)
+
+
+def _registry(store: Store, spool: Path) -> CollectorRegistry:
+    """The collectors `screener exporter` registers, as prom_fixtures registers them."""
+    registry = CollectorRegistry()
+    registry.register(StoreCollector(store))
+    registry.register(AccuracyCollector(store, shadow=SHADOW))
+    registry.register(OpsCollector(store, Policy(store=StorePolicy(spool_dir=str(spool)))))
+    return registry
+
+
+def test_every_promql_metric_is_one_the_exporter_exports(tmp_path: Path) -> None:
+    """Each ``screener_*`` name in the dashboards' PromQL is a sample the exporter's
+    collectors yield over seeded stores: the admin fleet with an ingested job, and sweeps
+    with a declining node (the trend gauges have series only then). A renamed or misspelt
+    metric would leave its panel empty for ever; this names it."""
+    exported: set[str] = set()
+    now = datetime.now(UTC).replace(microsecond=0)
+    for name, seed in (("fleet", "admin"), ("trend", "trend")):
+        url = f"sqlite:///{tmp_path / name}.db"
+        upgrade(url)
+        with open_store(url) as store:
+            if seed == "admin":
+                seed_fleet(store, now)
+                seed_accuracy(store, now)
+            else:
+                seed_declining(store, now - timedelta(hours=20))
+            exported |= {s.name for m in _registry(store, tmp_path).collect() for s in m.samples}
+    used = {(f, where, m) for f, where, expr in _promql() for m in METRIC.findall(expr)}
+    assert len({m for *_, m in used}) >= 15
+    assert sorted(x for x in used if x[2] not in exported) == []
+    trend = {m for t in _trend_panel()["targets"] for m in METRIC.findall(t["expr"])}
+    assert trend == {name for name, _ in TREND_GAUGES} and trend <= exported
+
+
+@contextlib.contextmanager
+def _prometheus(registry: CollectorRegistry, tmp: Path) -> Iterator[str]:
+    """``registry`` served over HTTP and a real Prometheus (Debian package) scraping it
+    every second; yields Prometheus' URL once it has scraped the exporter."""
+    if not Path(PROMETHEUS).exists():
+        pytest.fail("prometheus is not installed: `make apt` (Debian package prometheus)")
+    exporter = f"127.0.0.1:{free_port()}"
+    stop = threading.Event()
+    server = threading.Thread(target=serve, args=(registry, exporter, stop), daemon=True)
+    server.start()
+    config = tmp / "prometheus.yml"
+    config.write_text(
+        "global: {scrape_interval: 1s}\n"
+        "scrape_configs:\n"
+        f"  - job_name: screener\n    static_configs: [{{targets: ['{exporter}']}}]\n"
+    )
+    url = f"http://127.0.0.1:{free_port()}"
+    log = (tmp / "prometheus.log").open("w")
+    proc = subprocess.Popen(
+        [
+            PROMETHEUS,
+            f"--config.file={config}",
+            f"--storage.tsdb.path={tmp / 'data'}",
+            f"--web.listen-address={url.removeprefix('http://')}",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while True:  # ready = the API answers and the exporter has been scraped
+            with contextlib.suppress(OSError):
+                if _query(url, 'up{job="screener"} == 1'):
+                    break
+            if proc.poll() is not None or time.monotonic() > deadline:
+                log.flush()
+                pytest.fail(f"prometheus not ready: {(tmp / 'prometheus.log').read_text()[-2000:]}")
+            time.sleep(0.3)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        log.close()
+        stop.set()
+        server.join(timeout=10)
+
+
+def _query(url: str, expr: str) -> list[dict[str, Any]]:
+    q = urllib.parse.urlencode({"query": expr})
+    with urllib.request.urlopen(f"{url}/api/v1/query?{q}", timeout=10) as r:
+        doc = json.load(r)
+    assert doc["status"] == "success", doc
+    return list(doc["data"]["result"])
+
+
+def test_the_trend_panel_lists_the_declining_node_on_a_real_prometheus(tmp_path: Path) -> None:
+    """The early-warning table's two instant queries, as Grafana sends them, on a real
+    Prometheus scraping the exporter over sweeps where node01 declines beside three steady
+    peers: one row each, node01's seq read, with the forecast `screener trend` gives."""
+    url = f"sqlite:///{tmp_path / 'trend.db'}"
+    upgrade(url)
+    panel = _trend_panel()
+    assert panel["type"] == "table" and [t["refId"] for t in panel["targets"]] == ["A", "B"]
+    assert all(t["instant"] and t["format"] == "table" for t in panel["targets"])
+    with open_store(url) as store:
+        seed_declining(store, datetime.now(UTC) - timedelta(hours=20))
+        (warned,) = [
+            v
+            for v in node_trends(store, Policy(), datetime.now(UTC))
+            if v.status is TrendStatus.DECLINING
+        ]
+        registry = CollectorRegistry()
+        registry.register(StoreCollector(store))
+        with _prometheus(registry, tmp_path) as prom:
+            answers = [_query(prom, t["expr"]) for t in panel["targets"]]
+    assert (warned.node, warned.figure) == (DECLINING, "seq read")
+    for answer, figure in zip(answers, (warned.days_to_cross, warned.sweeps_to_cross), strict=True):
+        assert [(s["metric"]["node"], s["metric"]["figure"]) for s in answer] == [
+            (DECLINING, "seq read")
+        ], answer
+        assert float(answer[0]["value"][1]) == pytest.approx(figure, rel=1e-9)
+
+
+# ---- SQL: every query as the read-only role ---------------------------------------------
 
 
 @pytest.fixture

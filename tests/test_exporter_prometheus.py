@@ -77,6 +77,8 @@ def test_every_dashboard_promql_returns_data(prom: Prom) -> None:
         for var, value in PROM_VARS.items():
             expr = expr.replace(var, value)
         assert "$" not in expr, (name, title, expr)
+        if "screener_node_trend_" in expr:  # series only while a node declines, none here (5
+            continue  # sweeps, a forecast needs 6): test_dashboards.py runs them over one
         if not prom.wait_for(expr, timeout=30):
             empty.append((name, title, expr))
     assert empty == []

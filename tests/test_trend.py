@@ -5,10 +5,12 @@ so the noise is this machine's and only the trend is made."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
 import os
 import re
+import statistics
 import subprocess
 import sys
 from dataclasses import replace
@@ -18,11 +20,38 @@ from pathlib import Path
 import pytest
 
 from screener.policy import Policy, TrendPolicy
-from screener.probe_data import NodeProbe, RunSummary, Status, Trigger, Verdict
+from screener.probe.fio import parse_fio
+from screener.probe_data import (
+    FioJobResult,
+    NodeProbe,
+    RunSummary,
+    SmartLog,
+    Status,
+    Trigger,
+    Verdict,
+)
 from screener.store import Store, open_store
-from screener.store.trend import RAND_READ, SEQ_READ, node_series, node_trends
-from screener.verdict.trend import Point, TrendStatus, current_series, declining, fit
-from tests.store_data import full_probe
+from screener.store.trend import (
+    MEDIA_ERRORS,
+    PCT_USED,
+    RAND_READ,
+    READ_P99,
+    SEQ_READ,
+    STALL_SHARE,
+    node_series,
+    node_trends,
+)
+from screener.verdict.trend import (
+    Point,
+    Scale,
+    TrendStatus,
+    counting,
+    current_series,
+    declining,
+    fit,
+    short_words,
+)
+from tests.store_data import FACTS, full_probe
 
 pytest_plugins = ["store_fixtures"]  # db_store: SQLite and the real PostgreSQL
 
@@ -193,6 +222,287 @@ def test_bad_figures_and_same_time_points_are_no_series() -> None:
     assert [p.ratio for p in current_series(junk)] == [1.0]
 
 
+# ---- read p99, stall share, SMART counters ---------------------------------------------------
+
+STALLS = Path(__file__).parent / "data" / "probe" / "stalls"
+TAIL_LINE, SHARE_LINE = (
+    4.0,
+    5.0,
+)  # tail rule's tail_min_factor, slow_ios' max_slow_fraction (points)
+
+
+def _round(name: str) -> dict[str, FioJobResult]:
+    """One captured probe round of the 8-node emulated cluster: each node's seq read."""
+    raw = json.loads(gzip.decompress((STALLS / name).read_bytes()))
+    jobs = {n: parse_fio(text, n).job("seq_read") for n, text in sorted(raw.items())}
+    return {n: j for n, j in jobs.items() if j is not None}
+
+
+def _p99_ratios(name: str) -> dict[str, float]:
+    jobs = _round(name)
+    med = statistics.median(j.lat_p99_ns for j in jobs.values())
+    return {n: j.lat_p99_ns / med for n, j in jobs.items()}
+
+
+FULL_ROUNDS = ("healthy_with_hiccup.json.gz", "light_150ms_every_1s.json.gz")
+HEAVY = "heavy_500ms_every_1.5s.json.gz"
+
+
+def _p99(ratios: list[float]) -> list[float]:
+    """A healthy node's p99 over the peers' as its read ratios give it: its reads wait
+    1/r as long (fixed queue depth, Little's law); noise as wide as the reads' (below)."""
+    return [1 / r for r in ratios]
+
+
+def test_captured_p99_noise_is_no_wider_than_the_read_series_it_borrows() -> None:
+    """The premise of the p99 tests: a healthy node's p99 over its round's median spreads
+    about as its read ratio does in the same captured rounds, and far less than the
+    benches' read series used as p99 noise below (which span 2x and more)."""
+    p99, reads = [], []
+    for name in (*FULL_ROUNDS, HEAVY):
+        jobs = _round(name)
+        med_bw = statistics.median(j.bw_bytes for j in jobs.values())
+        for n, r in _p99_ratios(name).items():
+            if not jobs[n].stall_ios or jobs[n].stall_ns < 100e6:  # the stallers are no noise
+                p99.append(math.log(r))
+                reads.append(math.log(jobs[n].bw_bytes / med_bw))
+    assert len(p99) == 22
+    spread = statistics.pstdev(p99)
+    assert spread < 1.5 * statistics.pstdev(reads)
+    assert spread < statistics.pstdev(math.log(r) for _, rs in HEALTHY for r in rs) / 2
+    assert max(p99) < math.log(1.25) and min(p99) > math.log(0.85)
+
+
+def test_no_window_of_a_healthy_p99_series_is_declining() -> None:
+    flagged, windows = [], 0
+    for name, ratios in HEALTHY:
+        points = nightly(_p99(ratios))
+        for k in range(6, len(points) + 1):
+            windows += 1
+            v = declining("n", points[:k], TAIL_LINE, HORIZON, figure=READ_P99, scale=Scale.RISING)
+            if v.status is TrendStatus.DECLINING:
+                flagged.append((name, k, v.reason))
+    assert windows > 800 and flagged == []
+
+
+@pytest.mark.parametrize("rate", [1.08, 1.12])
+def test_a_steadily_rising_p99_is_flagged_sweeps_before_the_tail_line(rate: float) -> None:
+    """Real noise times a p99 growing 8 or 12 % a sweep: flagged while under 4x the peers',
+    with a median lead of >= 3 sweeps before the first sweep over the tail rule's line."""
+    leads, missed = [], []
+    for name, ratios in HEALTHY:
+        values = [r * rate**k for k, r in enumerate(_p99(ratios[:40]))]
+        first_slow = next((k for k, v in enumerate(values) if v > TAIL_LINE), None)
+        if first_slow is None or first_slow < 9:
+            continue
+        points = nightly(values)
+        verdicts = [
+            declining("n", points[:k], TAIL_LINE, HORIZON, figure=READ_P99, scale=Scale.RISING)
+            for k in range(6, first_slow + 1)
+        ]
+        first = next((v for v in verdicts if v.status is TrendStatus.DECLINING), None)
+        if first is None:
+            missed.append(name)
+            continue
+        assert first.level is not None and first.level < TAIL_LINE
+        assert first.per_sweep is not None and first.per_sweep > 0
+        leads.append(first_slow - (first.sweeps - 1))
+    assert len(leads) >= 10 and len(missed) <= 2, (leads, missed)
+    assert sorted(leads)[len(leads) // 2] >= 3, leads
+
+
+def test_rising_p99_words_read_as_the_tail_rule_reads_it() -> None:
+    _, ratios = HEALTHY[0]
+    points = nightly([r * 1.15**k for k, r in enumerate(_p99(ratios[:10]))])
+    v = declining("node07", points, TAIL_LINE, HORIZON, figure=READ_P99, scale=Scale.RISING)
+    assert v.status is TrendStatus.DECLINING and v.scale is Scale.RISING, v.reason
+    m = re.fullmatch(
+        r"node07: read p99 (\d\.\d\d)x peers, rising (\d\.\d\d)x per sweep; "
+        r"crosses 4x in ~(\d+) sweeps \(~\d{4}-\d\d-\d\d\)",
+        v.reason,
+    )
+    assert m and 2 < float(m[1]) < 4 and float(m[2]) > 0.2, v.reason
+    assert v.crosses_at == points[-1].at + timedelta(days=v.days_to_cross or 0)
+    assert short_words(v).startswith(f"read p99 {m[1]}x peers, +")
+    over = declining("n", nightly([5.0] * 8), TAIL_LINE, HORIZON, scale=Scale.RISING)
+    assert over.status is TrendStatus.BELOW and "at or above the 4x line" in over.reason
+
+
+@pytest.mark.parametrize("at", [11, 6, 9])
+def test_a_single_p99_spike_is_not_declining(at: int) -> None:
+    """The heavy staller's captured round (p99 11x its peers' in one sweep) dropped into a
+    healthy series: one odd sweep does not bend the fit, wherever it falls."""
+    spike = _p99_ratios(HEAVY)["node04"]
+    assert spike > 10
+    for _, ratios in HEALTHY[:8]:
+        values = _p99(ratios[:12])
+        values[at] = spike
+        v = declining("n", nightly(values), TAIL_LINE, HORIZON, figure=READ_P99, scale=Scale.RISING)
+        assert v.status is TrendStatus.STEADY, v.reason
+        assert v.level is not None and v.level < 1.6, v.reason
+
+
+def _stall_step() -> float:
+    """The share of a 2 s seq read one stall of the whole queue takes: the light staller's
+    captured round (95 reads >= 100 ms in ~3 stalls), per stall."""
+    job = _round("light_150ms_every_1s.json.gz")["node04"]
+    stalls = round(job.stall_ios / job.iodepth)
+    assert stalls == 3 and 0.02 < job.slow_fraction < 0.03
+    return job.slow_fraction / stalls * 100  # points
+
+
+def test_a_stall_share_growing_a_stall_every_other_sweep_is_flagged_before_the_line() -> None:
+    """A device stalling once more every second sweep (each stall the captured ~0.9 points):
+    DECLINING while still under slow_ios' +5 points, sweeps before it crosses them."""
+    step = _stall_step()
+    values = [(k // 2) * step for k in range(16)]
+    first_over = next(k for k, v in enumerate(values) if v > SHARE_LINE)
+    verdicts = [
+        declining("node07", nightly(values[:k]), SHARE_LINE, HORIZON, figure=STALL_SHARE,
+                  scale=Scale.SHARE)
+        for k in range(6, first_over + 1)
+    ]  # fmt: skip
+    first = next(v for v in verdicts if v.status is TrendStatus.DECLINING)
+    assert first.level is not None and first.level < SHARE_LINE
+    assert first_over - (first.sweeps - 1) >= 3, first.reason
+    assert re.fullmatch(
+        r"node07: stall share \+\d\.\d points over peers, rising 0\.\d\d points per sweep; "
+        r"crosses \+5\.0 points in ~\d+ sweeps \(~\d{4}-\d\d-\d\d\)",
+        first.reason,
+    ), first.reason
+    past = declining("n", nightly([8.0] * 8), SHARE_LINE, HORIZON, scale=Scale.SHARE)
+    assert past.status is TrendStatus.BELOW and "+5.0 points line" in past.reason
+
+
+def _excess_shares(name: str) -> dict[str, float]:
+    """Each node's share of seq reads >= 100 ms minus the round's median share, in points."""
+    jobs = _round(name)
+    med = statistics.median(j.slow_fraction for j in jobs.values())
+    return {n: (j.slow_fraction - med) * 100 for n, j in jobs.items()}
+
+
+def test_quiet_shares_and_one_queue_spike_are_steady() -> None:
+    """The captured healthy node-rounds' shares over their peers' are 0: the series a
+    healthy node makes; with the triage capture's one wait of a whole queue (node06, 5
+    points) in any one sweep it stays STEADY at 0, however close to the line that spike."""
+    healthy = [
+        v
+        for name in (*FULL_ROUNDS, HEAVY)
+        for n, v in _excess_shares(name).items()
+        if n != "node04"  # the staller of the throttled rounds
+    ]
+    assert len(healthy) == 21 and set(healthy) == {0.0}
+    spike = _excess_shares("triage_qd8_one_hiccup.json.gz")["node06"]
+    assert 4.5 < spike < 5.5
+    for at in (0, 5, 11):
+        values = healthy[:12]
+        values[at] = spike
+        v = declining("n", nightly(values), SHARE_LINE, HORIZON, scale=Scale.SHARE)
+        assert v.status is TrendStatus.STEADY and v.level == 0.0, v.reason
+        assert "no rise beyond the noise (+0.00..+0.00 points per sweep)" in v.reason
+    below = nightly([-2.0, -1.0, -2.0, -1.0, -2.0, -1.0])  # under the peers' share: kept
+    negative = declining("n", below, SHARE_LINE, HORIZON, scale=Scale.SHARE)
+    assert negative.sweeps == 6 and negative.status is TrendStatus.STEADY
+
+
+@pytest.mark.parametrize(("figure", "scale", "line", "old"), [
+    (READ_P99, Scale.RISING, TAIL_LINE, [1.0 * 1.15**k for k in range(8)]),
+    (STALL_SHARE, Scale.SHARE, SHARE_LINE, [0.6 * k for k in range(8)]),
+])  # fmt: skip
+def test_a_new_recipe_starts_a_new_series_for_p99_and_stall_share(
+    figure: str, scale: Scale, line: float, old: list[float]
+) -> None:
+    flat = [1.0] * 12 if scale is Scale.RISING else [0.0] * 12
+    before = declining("n", nightly(old, "old"), line, HORIZON, figure=figure, scale=scale)
+    assert before.status is TrendStatus.DECLINING, before.reason
+    points = nightly(old, "old") + nightly(flat[:4], "new", start=8)
+    v = declining("n", points, line, HORIZON, figure=figure, scale=scale)
+    assert (v.status, v.sweeps, v.recipe) == (TrendStatus.TOO_FEW, 4, "new"), v.reason
+    assert v.reason == f"n: {figure}: 4 sweeps of this recipe, a forecast needs 6: no forecast"
+    later = declining("n", nightly(old, "old") + nightly(flat, "new", start=8), line, HORIZON,
+                      figure=figure, scale=scale)  # fmt: skip
+    assert later.status is TrendStatus.STEADY and later.sweeps == 12 and later.recipe == "new"
+
+
+def test_a_linear_fit_is_exact_on_a_clean_line_and_keeps_zero_and_negative_values() -> None:
+    clean = fit(nightly([-0.01 + 0.004 * k for k in range(8)]), log=False)
+    assert clean is not None
+    assert math.isclose(clean.slope, 0.004) and math.isclose(clean.low, clean.high)
+    assert math.isclose(clean.level, -0.01 + 0.004 * 7)
+    junk = nightly([0.0, -0.5, math.nan, math.inf, 0.1])
+    assert [p.ratio for p in current_series(junk, positive=False)] == [0.0, -0.5, 0.1]
+    with pytest.raises(ValueError, match="counting"):
+        declining("n", junk, 1.0, HORIZON, scale=Scale.COUNTER)
+
+
+# SMART counters: there is no NVMe on this machine (tests/data/probe/facts/README.md), so
+# these counts are hand-made; a counter has no noise, only whole readings.
+
+
+def test_wear_forecast_to_100_percent_used() -> None:
+    """A drive wearing 1 % every 2 days from 90 %: crosses 100 % within the horizon;
+    wearing 1 % a month at 97 %: not within it; at 100 %: the facts rule's business."""
+    fast = nightly([90 + k // 2 for k in range(14)])
+    v = counting("node07", fast, 100.0, HORIZON, figure=PCT_USED, unit_text="%")
+    assert v.status is TrendStatus.DECLINING and v.scale is Scale.COUNTER, v.reason
+    assert re.fullmatch(
+        r"node07: percentage used 96%, rising 0\.46% per sweep; crosses 100% in ~9 sweeps "
+        r"\(~\d{4}-\d\d-\d\d\)",
+        v.reason,
+    ), v.reason
+    assert v.days_to_cross is not None and 8 < v.days_to_cross < 9
+    assert v.crosses_at == fast[-1].at + timedelta(days=v.days_to_cross)
+    horizon = timedelta(days=30)
+    assert counting("n", fast, 100.0, horizon).status is TrendStatus.DECLINING
+    slow = nightly([97 + k // 30 for k in range(40)])
+    s = counting("n", slow, 100.0, horizon, unit_text="%")
+    assert s.status is TrendStatus.STEADY and "not surely within the 30d horizon" in s.reason
+    worn = counting("n", nightly([99, 99, 100, 100, 100, 101]), 100.0, horizon, unit_text="%")
+    assert worn.status is TrendStatus.BELOW and "the facts rule's business" in worn.reason
+    flat = counting("n", nightly([3] * 8), 100.0, horizon)
+    assert (
+        flat.status is TrendStatus.STEADY
+        and flat.reason == "n: percentage used 3, not rising over 8 sweeps"
+    )
+
+
+def test_a_counter_falls_only_for_a_new_drive_and_spans_recipes() -> None:
+    """Swapped at sweep 10: the old drive's wear is another drive's. A recipe change does
+    not restart a counter: the drive is the same."""
+    worn = [86 + k // 2 for k in range(10)]
+    swapped = nightly(worn) + nightly([0, 0, 0], start=10)
+    v = counting("n", swapped, 100.0, HORIZON)
+    assert v.status is TrendStatus.TOO_FEW and v.sweeps == 3 and v.level is None
+    assert v.reason == "n: percentage used: 3 sweeps with it, a forecast needs 6: no forecast"
+    mixed = nightly(worn[:5], "old") + nightly(worn[5:], "new", start=5)
+    assert counting("n", mixed, 100.0, HORIZON).sweeps == 10
+
+
+def test_media_errors_warn_at_any_rise_in_the_window() -> None:
+    """The line is any new one (one media error already makes the node DEGRADED): a rise
+    within the window is DECLINING at once (0 days), none new past the line is BELOW."""
+    hot = 14  # the captured nvme-cli 2.x sample's count (tests/data/probe/facts)
+    rising = nightly([hot] * 5 + [hot + 1, hot + 1, hot + 3])
+    v = counting("node07", rising, 1.0, HORIZON, figure=MEDIA_ERRORS, any_rise=True)
+    assert v.status is TrendStatus.DECLINING and v.days_to_cross == 0.0, v.reason
+    assert v.reason == (
+        "node07: media errors 17, up 3 over the last 8 sweeps (~0.43 per sweep): "
+        "the drive keeps finding them"
+    )
+    assert (
+        v.crosses_at == rising[-1].at and short_words(v) == "media errors 17, +0.43/sweep, rising"
+    )
+    two = counting("n", nightly([0, 1]), 1.0, HORIZON, figure=MEDIA_ERRORS, any_rise=True)
+    assert two.status is TrendStatus.DECLINING
+    old = nightly([hot] + [hot + 2] * 14)
+    quiet = counting("n", old, 1.0, HORIZON, figure=MEDIA_ERRORS, any_rise=True, window=12)
+    assert quiet.status is TrendStatus.BELOW and "none new over the last 12 sweeps" in quiet.reason
+    none = counting("n", nightly([0] * 8), 1.0, HORIZON, figure=MEDIA_ERRORS, any_rise=True)
+    assert none.status is TrendStatus.STEADY
+    one = counting("n", nightly([0]), 1.0, HORIZON, figure=MEDIA_ERRORS, any_rise=True)
+    assert one.status is TrendStatus.TOO_FEW and "a rise needs 2" in one.reason
+
+
 # ---- the store's series (screener/store/trend.py) -------------------------------------------
 
 
@@ -203,21 +513,32 @@ def _sweep(
     recipe: str = "r1",
     trigger: Trigger = Trigger.SWEEP,
     error: str = "",
+    p99_ms: dict[str, float] | None = None,
+    slow: dict[str, float] | None = None,
+    smart: dict[str, SmartLog | None] | None = None,
 ) -> int:
     """A sweep as the pipeline records it: each node's round-1 probe (the captured real fio
-    output, its seq read set to ``reads`` MB/s), the verdicts and the round's peer median."""
+    output, its seq read set to ``reads`` MB/s, and where given its seq-read p99, its share
+    of reads >= 100 ms and its SMART log: None, no SMART), the verdicts and the round's
+    peer median."""
     nodes = sorted(reads)
     run = store.start_run(trigger, nodes, {}, None, ",".join(nodes), when)
     base = full_probe()
     assert base.seq_read is not None
     for n in nodes:
         seq = replace(base.seq_read, bw_bytes=reads[n] * 1e6)
-        probe: NodeProbe = replace(base, node=n, seq_read=seq, recipe=recipe)
+        if p99_ms and n in p99_ms:
+            seq = replace(seq, lat_p99_ns=p99_ms[n] * 1e6)
+        if slow and n in slow:
+            seq = replace(seq, slow_fraction=slow[n])
+        facts = FACTS if smart is None or n not in smart else replace(FACTS, smart=smart[n])
+        probe: NodeProbe = replace(base, node=n, seq_read=seq, recipe=recipe, facts=facts)
         if error and n == nodes[0]:
             probe = NodeProbe(node=n, error=error, error_kind="unreachable", duration_s=1.0)
         store.record_probe(run, probe, 1)
         if not error:  # a round 2 beside references: another yardstick, never a point
-            store.record_probe(run, replace(probe, seq_read=replace(seq, bw_bytes=1.0)), 2)
+            odd = replace(seq, bw_bytes=1.0, lat_p99_ns=9e9, slow_fraction=0.9)
+            store.record_probe(run, replace(probe, seq_read=odd), 2)
     median = sorted(reads.values())[len(reads) // 2]
     verdicts = tuple(Verdict(n, Status.OK, "ok", read_mb_s=reads[n], recipe=recipe) for n in nodes)
     rand = base.rand_read.iops if base.rand_read else None
@@ -279,7 +600,80 @@ def test_node_trends_flags_the_declining_node_and_nobody_in_a_fleet_wide_fall(
     few = node_trends(
         db_store, Policy(trend=TrendPolicy(min_sweeps=20, window=20)), now, ["node01"]
     )
-    assert {v.status for v in few} == {TrendStatus.TOO_FEW}
+    # a forecast needs 20 sweeps; a new media error needs no forecast, only two readings
+    assert {v.figure: v.status for v in few} == {
+        **{f: TrendStatus.TOO_FEW for f in (SEQ_READ, RAND_READ, READ_P99, STALL_SHARE)},
+        PCT_USED: TrendStatus.TOO_FEW,
+        MEDIA_ERRORS: TrendStatus.STEADY,
+    }, [v.reason for v in few]
+
+
+def test_the_store_gives_p99_stall_share_and_smart_against_the_run(db_store: Store) -> None:
+    """p99 over the median p99 of the run's round-1 seq reads (the same whether or not the
+    peers are asked for), the share of slow reads minus their median share, SMART as read
+    (none for a node without it); round 2 never a point, a failed probe never one."""
+    peers = {"node02": 300.0, "node03": 310.0, "node04": 290.0}
+    p99s = [{"node01": 40.0, "node02": 20.0, "node03": 25.0, "node04": 30.0},
+            {"node01": 90.0, "node02": 30.0, "node03": 30.0, "node04": 30.0}]  # fmt: skip
+    slows = [{"node01": 0.02, "node02": 0.0, "node03": 0.01, "node04": 0.0},
+             {"node01": 0.07, "node02": 0.02, "node03": 0.02, "node04": 0.01}]  # fmt: skip
+    for i in range(2):
+        smart = {"node01": SmartLog(0, 40.0, 14 + i, 96 + i), "node04": None}
+        _sweep(db_store, T0 + timedelta(days=i), {"node01": 300.0, **peers}, recipe=f"r{i}",
+               p99_ms=p99s[i], slow=slows[i], smart=smart)  # fmt: skip
+    failed = {"node01": 300.0, **peers}
+    _sweep(db_store, T0 + timedelta(days=2), failed, error="unreachable", smart={"node04": None})
+    (one,) = node_series(db_store, ["node01"], T0)
+    every = {x.node: x for x in node_series(db_store, None, T0)}
+    assert every["node01"] == one
+    assert [(round(p.ratio, 3), p.recipe) for p in one.points[READ_P99]] == [
+        (round(40 / 27.5, 3), "r0"),
+        (3.0, "r1"),
+    ]
+    assert [round(p.ratio, 4) for p in one.points[STALL_SHARE]] == [1.5, 5.0]  # points
+    assert [p.ratio for p in one.points[PCT_USED]] == [96.0, 97.0]
+    assert [p.ratio for p in one.points[MEDIA_ERRORS]] == [14.0, 15.0]
+    assert every["node04"].points[PCT_USED] == every["node04"].points[MEDIA_ERRORS] == []
+    shares = [round(p.ratio, 4) for p in every["node04"].points[STALL_SHARE]]
+    assert shares == [-0.5, -1.0, 0.0]  # the failed sweep's peers: the captured probe's
+    assert all(len(one.points[f]) == 2 for f in (SEQ_READ, RAND_READ))
+
+
+def test_node_trends_flags_rising_p99_stall_share_and_media_errors_only(
+    db_store: Store,
+) -> None:
+    """Real healthy ratios as every node's reads and (Little's law) p99s; node01's p99
+    grows 15 % a sweep, node02 stalls once more every other sweep, node03's drive finds a
+    new media error, node04 has no SMART: each warned of its own figure and nothing else."""
+    names = ["node01", "node02", "node03", "node04"]
+    step = _stall_step()
+    for k in range(10):
+        ratios = {n: HEALTHY[i][1][k] for i, n in enumerate(names)}
+        p99 = {n: 40.0 / r for n, r in ratios.items()}
+        p99["node01"] *= 1.15**k
+        slow = {n: 0.0 for n in names} | {"node02": (k // 2) * step / 100}
+        smart = {n: SmartLog(0, 40.0, 0, 3) for n in names} | {"node04": None}
+        smart["node03"] = SmartLog(0, 40.0, 2 + (k >= 8), 3)
+        reads = {n: 300.0 * r for n, r in ratios.items()}
+        _sweep(db_store, T0 + timedelta(days=k), reads, p99_ms=p99, slow=slow, smart=smart)
+    out = node_trends(db_store, Policy(trend=TrendPolicy(since_days=30)), T0 + timedelta(days=10))
+    flagged = {(v.node, v.figure) for v in out if v.status is TrendStatus.DECLINING}
+    assert flagged == {
+        ("node01", READ_P99),
+        ("node02", STALL_SHARE),
+        ("node03", MEDIA_ERRORS),
+    }, [v.reason for v in out if v.status is not TrendStatus.STEADY]
+    lines = {v.figure: v.threshold for v in out}
+    assert lines == {
+        SEQ_READ: 0.5, RAND_READ: 0.25, READ_P99: 4.0, STALL_SHARE: 5.0,
+        PCT_USED: 100.0, MEDIA_ERRORS: 1.0,
+    }  # fmt: skip
+    assert {v.figure for v in out if v.node == "node04"} == {
+        SEQ_READ, RAND_READ, READ_P99, STALL_SHARE,
+    }  # fmt: skip
+    assert all(v.status is TrendStatus.STEADY for v in out if v.node == "node04")
+    p99 = next(v for v in out if v.figure == READ_P99 and v.node == "node01")
+    assert p99.level is not None and 2 < p99.level < 4 and p99.scale is Scale.RISING
 
 
 # ---- `screener trend` ------------------------------------------------------------------------
@@ -304,7 +698,8 @@ def test_trend_command_table_json_csv_and_one_line_errors(tmp_path: Path) -> Non
         for k in range(8):
             reads = {n: 300.0 * HEALTHY[i][1][k] for i, n in enumerate(names)}
             reads["node01"] *= 0.93**k
-            _sweep(store, datetime.now(UTC) - timedelta(days=8 - k), reads)
+            when = datetime.now(UTC) - timedelta(days=8 - k)
+            _sweep(store, when, reads, smart={"node04": None})  # node04: no NVMe SMART
     table = _cli(url)
     assert table.returncode == 0, table.stderr
     out = table.stdout
@@ -319,13 +714,26 @@ def test_trend_command_table_json_csv_and_one_line_errors(tmp_path: Path) -> Non
     every = _cli(url, "--all", "node[01-02]")
     assert every.returncode == 0 and "node02" in every.stdout and "node03" not in every.stdout
     rows = json.loads(_cli(url, "--json").stdout)
-    assert len(rows) == 8 and rows[0]["node"] == "node01" and rows[0]["status"] == "DECLINING"
-    assert {r["figure"] for r in rows} == {"seq read", "rand read"}
+    assert len(rows) == 22 and rows[0]["node"] == "node01" and rows[0]["status"] == "DECLINING"
+    assert {r["figure"] for r in rows} == {
+        *("seq read", "rand read", "read p99", "stall share", "percentage used", "media errors")
+    }
+    assert {r["figure"] for r in rows if r["node"] == "node04"} == {
+        *("seq read", "rand read", "read p99", "stall share")
+    }  # no SMART facts: those figures left out
     assert rows[0]["crosses_at"].startswith("20") and rows[0]["sweeps"] == 8
+    assert rows[0]["scale"] == "falling"
     short = json.loads(_cli(url, "--json", "--horizon", "1d").stdout)
     assert all(r["status"] != "DECLINING" for r in short)
     csv_out = _cli(url, "--csv").stdout.splitlines()
-    assert csv_out[0].startswith("node,figure,status,sweeps,level,per_sweep") and len(csv_out) == 9
+    assert csv_out[0].startswith("node,figure,status,sweeps,level,per_sweep") and len(csv_out) == 23
+    assert "SMART" not in out and "SMART" not in every.stdout  # said only when asked of node04
+    asked = _cli(url, "node[03-04]")
+    assert asked.returncode == 0, asked.stderr
+    assert "node04: no SMART facts in its sweeps: percentage used and media errors left out" in (
+        asked.stdout
+    ), asked.stdout
+    assert "node03: no SMART" not in asked.stdout and "node[03" not in asked.stdout
     for bad, says in (
         (("node[",), "missing bracket in node list 'node['"),
         (("--horizon", "0d"), "invalid --horizon '0d'"),
@@ -373,3 +781,31 @@ def test_exporter_serves_the_declining_nodes_forecast_only(db_store: Store) -> N
         ("screener_node_trend_sweeps_to_slow_line", key): expected.sweeps_to_cross,
     }
     assert 0 < (expected.days_to_cross or 0) < 14
+
+
+def test_exporter_labels_each_new_figure(db_store: Store) -> None:
+    """A rising p99 and a new media error reach the gauges under their figure's label."""
+    from prometheus_client import CollectorRegistry
+
+    from screener.metrics.collector import StoreCollector
+
+    names = ["node01", "node02", "node03", "node04"]
+    for k in range(8):
+        ratios = {n: HEALTHY[i][1][k] for i, n in enumerate(names)}
+        p99 = {n: 40.0 / r for n, r in ratios.items()}
+        p99["node01"] *= 1.15**k
+        smart = {n: SmartLog(0, 40.0, 0, 3) for n in names}
+        smart["node02"] = SmartLog(0, 40.0, int(k >= 7), 3)
+        reads = {n: 300.0 * r for n, r in ratios.items()}
+        _sweep(db_store, T0 + timedelta(days=k), reads, p99_ms=p99, smart=smart)
+    now = T0 + timedelta(days=8)
+    registry = CollectorRegistry()
+    registry.register(StoreCollector(db_store, clock=lambda: now))
+    days = {
+        (s.labels["node"], s.labels["figure"]): s.value
+        for m in registry.collect()
+        for s in m.samples
+        if s.name == "screener_node_trend_days_to_slow_line"
+    }
+    assert set(days) == {("node01", READ_P99), ("node02", MEDIA_ERRORS)}, days
+    assert 0 < days[("node01", READ_P99)] < 14 and days[("node02", MEDIA_ERRORS)] == 0.0

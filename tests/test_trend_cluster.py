@@ -22,7 +22,7 @@ from deploy.minicluster import ClusterHandle
 from screener.policy import load_policy
 from screener.probe_data import Status
 from screener.store import open_store
-from screener.store.trend import SEQ_READ, node_trends
+from screener.store.trend import PROBE_FIGURES, READ_P99, SEQ_READ, STALL_SHARE, node_trends
 from screener.verdict.trend import TrendStatus
 from tests.hooked_cluster import PACE, REPO, module_cluster, run_screener, site_info
 
@@ -32,6 +32,7 @@ SHORT = {"runtime_s": 0.5, "ramp_s": 0.2, "rand_read": False}  # lean probes: se
 PACE_MB = int(PACE.rstrip("M"))
 HORIZON = timedelta(minutes=10)  # sweeps seconds apart: ~14 days' worth of nightly ones
 WALL: dict[str, float] = {}
+WARNS = (SEQ_READ, READ_P99, STALL_SHARE)  # what a tightening read throttle moves
 
 
 @pytest.fixture(scope="module")
@@ -88,10 +89,12 @@ def test_a_tightening_node_is_declining_sweeps_before_it_is_slow(site: dict[str,
         status, trends = _after_sweep(site, node)
         flagged = [v for v in trends if v.status is TrendStatus.DECLINING]
         history.append((k, status.value, [v.reason for v in flagged]))
-        assert all(v.node == node and v.figure == SEQ_READ for v in flagged), history
+        # its read and the read's tail (p99, slow-read share) may warn; nothing else may
+        assert all(v.node == node and v.figure in WARNS for v in flagged), history
         if flagged and first_declining is None:
             first_declining = k
-            assert flagged[0].level is not None and flagged[0].level > 0.5, history
+            seq = [v for v in flagged if v.figure == SEQ_READ]
+            assert all(v.level is not None and v.level > 0.5 for v in seq), history
             assert status not in (Status.SLOW_READ, Status.SLOW_WRITE), history
         if status is Status.SLOW_READ:
             first_slow = k
@@ -103,9 +106,13 @@ def test_a_tightening_node_is_declining_sweeps_before_it_is_slow(site: dict[str,
     res = run_screener(cluster, site["config"], "trend", "--json", "--horizon", "10m")
     assert res.returncode == 0, res.stderr
     rows = {(r["node"], r["figure"]): r for r in json.loads(res.stdout)}
-    assert set(rows) == {(n, SEQ_READ) for n in cluster.nodes}  # no random reads in SHORT
+    # seq read of every node; no random reads in SHORT, no SMART on loop devices
+    assert {(n, SEQ_READ) for n in cluster.nodes} <= set(rows), rows
+    assert {f for _, f in rows} <= set(PROBE_FIGURES) - {"rand read"}, rows
     assert rows[(node, SEQ_READ)]["status"] in ("DECLINING", "BELOW"), rows[(node, SEQ_READ)]
-    assert all(r["status"] == "STEADY" for (n, _), r in rows.items() if n != node), rows
+    # the others: no fall beyond the noise (a tail figure may have too few usable sweeps)
+    others = [r for (n, _), r in rows.items() if n != node]
+    assert all(r["status"] in ("STEADY", "TOO_FEW") for r in others), rows
     print(f"declining node: {len(history)} sweeps in {WALL['declining']:.0f} s: {history}")
 
 
@@ -123,6 +130,8 @@ def test_a_fleet_wide_tightening_flags_nobody(site: dict[str, Any]) -> None:
     WALL["fleet"] = time.monotonic() - started
     with open_store(site["db"]) as store:
         trends = node_trends(store, load_policy(site["config"]), datetime.now(UTC), None, HORIZON)
-    assert len(trends) == len(cluster.nodes) and all(v.sweeps == 6 for v in trends), trends
-    assert all(v.status is TrendStatus.STEADY for v in trends), [v.reason for v in trends]
+    seq = [v for v in trends if v.figure == SEQ_READ]
+    assert len(seq) == len(cluster.nodes) and all(v.sweeps == 6 for v in seq), trends
+    assert all(v.status is TrendStatus.STEADY for v in seq), [v.reason for v in trends]
+    assert not [v for v in trends if v.status is TrendStatus.DECLINING], trends
     print(f"fleet-wide: 6 sweeps in {WALL['fleet']:.0f} s: {history}")

@@ -93,20 +93,21 @@ def run(args: argparse.Namespace, console: Console) -> int:
     footer: list[str] = []
     with app.open_results(policy) as store:
         if args.command == "nodes":
-            rows = views.node_overview(store, now)
+            nodes = views.node_overview(store, now, policy)  # with the DECLINING marks
             if args.slurm:
-                rows = _with_slurm(rows, policy, args.partition)
-            header = [nodes_summary(rows, stale)] if rows else []
+                nodes = _with_slurm(nodes, policy, args.partition)
+            header = [nodes_summary(nodes, stale)] if nodes else []
             title, empty = "nodes", NO_NODES
             if not (args.all or args.json or args.csv):
-                every = len(rows)
-                rows = [r for r in rows if needs_a_look(r, stale)]
-                title = "nodes needing a look (not OK, drained, or stale; --all: all)"
+                every = len(nodes)
+                nodes = [r for r in nodes if needs_a_look(r, stale)]
+                title = "nodes needing a look (not OK, drained, stale, declining; --all: all)"
                 if every:
                     empty = (
                         f"no node needs a look: all {every} OK, none drained by screener, none "
-                        f"probed more than {args.stale} ago (--all lists them)"
+                        f"declining, none probed more than {args.stale} ago (--all lists them)"
                     )
+            rows, footer = nodes, declining_lines(nodes)
         elif args.command == "history":
             assert since is not None
             title = f"history of {node}, last {args.since}"
@@ -151,7 +152,10 @@ def event_lines(node: str, events: Sequence[EventRow], since: datetime) -> list[
 # per row. The whole reason of every row that is not OK follows the table
 # (terminal.full_reasons); --json/--csv carry every field.
 HUMAN_COLUMNS: dict[str, tuple[str, ...]] = {
-    "nodes": ("node", "status", "read_mb_s", "write_mb_s", "ratio", "age_s", "drained_by_screener"),
+    "nodes": (
+        *("node", "status", "read_mb_s", "write_mb_s", "ratio", "age_s", "drained_by_screener"),
+        "slow_in",  # a DECLINING node's forecast ("~9d"); its words follow the table
+    ),
     "nodes --slurm": ("node", "slurm_state", "status", "age_s", "slurm_reason", "note"),
     "history": ("run_id", "started_at", "trigger", "status", "read_mb_s", "write_mb_s", "ratio"),
     "flaky": ("node", "episodes", "open", "last_seen", "ttr_median_s", "resumes"),
@@ -173,22 +177,34 @@ NO_NODES = "no node in the store yet: `screener screen NODESET` or the sweep add
 
 
 def needs_a_look(row: NodeRow, stale_s: float) -> bool:
-    """Not OK, drained by screener, or not probed for ``stale_s`` seconds."""
+    """Not OK, drained by screener, not probed for ``stale_s`` seconds, or DECLINING (an OK
+    node forecast to cross the slow line: the admin schedules its swap)."""
     return (
         row.status is not Status.OK
         or row.drained_by_screener
         or row.age_s is None
         or row.age_s > stale_s
+        or row.declining is not None
     )
 
 
 def nodes_summary(rows: Sequence[NodeRow], stale_s: float) -> str:
-    """'10000 nodes: 9950 OK, 30 SLOW_READ, 20 UNKNOWN; 12 drained by screener; 3 stale'."""
+    """'10000 nodes: 9950 OK, 30 SLOW_READ, 20 UNKNOWN; 12 drained by screener; 3 stale',
+    then '; 2 declining' when a node is (early warning, `screener trend`)."""
     counts = Counter("never judged" if r.status is None else r.status.value for r in rows)
     parts = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
     drained = sum(r.drained_by_screener for r in rows)
     stale = sum(1 for r in rows if r.age_s is not None and r.age_s > stale_s)
-    return f"{len(rows)} nodes: {parts}; {drained} drained by screener; {stale} stale"
+    declining = sum(r.declining is not None for r in rows)
+    tail = f"; {declining} declining" if declining else ""
+    return f"{len(rows)} nodes: {parts}; {drained} drained by screener; {stale} stale{tail}"
+
+
+def declining_lines(rows: Sequence[NodeRow]) -> list[str]:
+    """Below the `nodes` table, each DECLINING node's trend words in full, one line each:
+    'node07 declining: seq read 0.78x peers, falling 0.03x per sweep; crosses 0.5x in ~9
+    sweeps (~2026-12-08)'."""
+    return [f"{r.node} declining: {r.declining}" for r in rows if r.declining is not None]
 
 
 def _run_header(d: RunDetail) -> list[str]:

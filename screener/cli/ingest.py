@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import io
 import json
 import re
@@ -21,6 +22,7 @@ from screener.policy import load_policy
 
 if TYPE_CHECKING:
     from screener.ingest.service import Ingested
+    from screener.verdict.trend_score import NodeScore, TrendScore
 
 _PARTITION = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 MAX_RANKS_PER_NODE = 65_536
@@ -30,6 +32,13 @@ RULE_NOTE = (
     "a node a live rule drained never ran the job: counted as drained, never scored; a"
     " shadowed rule drains nobody, so its nodes run the job and are scored"
 )
+
+TREND_NOTE = (
+    "trend (shadow, scored on the sweeps, never drains): a warning is a node DECLINING at a"
+    " sweep, replayed with only the sweeps up to it; caught: SLOW_READ within {horizon} of"
+    " it; false: {horizon} passed without; misses: a SLOW_READ with no warning before it"
+)
+TREND_LINES = 10  # warnings and misses named one a line; --json lists every one
 
 
 def register(sub: Subparsers) -> None:
@@ -194,8 +203,11 @@ def run_job(args: argparse.Namespace, console: Console) -> int:
 def run_accuracy(args: argparse.Namespace, console: Console) -> int:
     from screener import app
     from screener.ingest.accuracy import compare_all, summarize, too_short, unknowable
+    from screener.ingest.rule_accuracy import RuleRow, by_rule
     from screener.report import terminal
     from screener.store.jobs import in_job_reads, ingest_notes, prolog_verdicts
+    from screener.store.trend_outcomes import trend_scores
+    from screener.verdict.trend_score import summarize as summarize_trend
 
     now = datetime.now(UTC)
     since = since_arg(args.since, now)
@@ -204,16 +216,17 @@ def run_accuracy(args: argparse.Namespace, console: Console) -> int:
         in_job = in_job_reads(store, since)
         prolog = prolog_verdicts(store, sorted({r.job_id for r in in_job}))
         short = too_short(ingest_notes(store, sorted({r.job_id for r in in_job})))
+        scores = trend_scores(store, policy, since, now) if args.by == "rule" else []
     jobs = compare_all(in_job, prolog)
     notes = unknowable(jobs)
     rows: Sequence[object]
+    trend = summarize_trend(scores)
     if args.by == "rule":
-        from screener.ingest.rule_accuracy import by_rule
-
-        rows = by_rule(in_job, prolog, policy.verdict.shadow)
+        rows = by_rule(in_job, prolog, policy.verdict.shadow, trend)
         notes = [RULE_NOTE, *notes[1:]]
     else:
         rows = summarize(jobs, args.by)
+    horizon = f"{policy.trend.horizon_days:g}d"
     if args.json:
         doc = {
             "since": since.isoformat(),
@@ -222,11 +235,27 @@ def run_accuracy(args: argparse.Namespace, console: Console) -> int:
             "cannot_know": notes,
             "too_short": [{"job_id": j, "note": n} for j, n in short],
         }
+        if trend.nodes:
+            doc["trend"] = {
+                "note": TREND_NOTE.format(horizon=horizon),
+                "horizon_days": policy.trend.horizon_days,
+                **dataclasses.asdict(trend),
+                "warnings_per_node": json.loads(
+                    terminal.rows_json([f for s in scores for f in s.flags])
+                ),
+                "misses_per_node": json.loads(
+                    terminal.rows_json([m for s in scores for m in s.misses])
+                ),
+            }
         print(json.dumps(doc, indent=2))
         return 0
     if rows:
         title = f"screening accuracy since {since:%Y-%m-%d %H:%M} UTC"
-        console.print(terminal.rows_table(title, rows))
+        columns = [f.name for f in dataclasses.fields(RuleRow)] if args.by == "rule" else None
+        console.print(terminal.rows_table(title, rows, columns))
+        if trend.nodes:
+            for line in trend_lines(trend, scores, horizon):
+                console.print(line, highlight=False, markup=False)
     else:
         console.print(
             f"nothing to score since {since:%Y-%m-%d %H:%M} UTC: no ingested job with in-job "
@@ -240,3 +269,39 @@ def run_accuracy(args: argparse.Namespace, console: Console) -> int:
     for job_id, line in short:
         console.print(f"not judged: job {job_id}: {line}", highlight=False)
     return 0
+
+
+def trend_lines(trend: TrendScore, scores: Sequence[NodeScore], horizon: str) -> list[str]:
+    """The trend's record in words under the table: its lead, its pending warnings, why it
+    missed, then the newest warnings and misses one a line."""
+    from screener.verdict.trend_score import Outcome
+
+    lead = (
+        f"median lead {trend.lead_sweeps:g} sweeps ({trend.lead_days:.1f} days)"
+        if trend.lead_sweeps is not None and trend.lead_days is not None
+        else "no lead yet (no warning confirmed)"
+    )
+    whys = ", ".join(f"{n} {why}" for why, n in trend.missed_why.items())
+    out = [
+        f"trend (shadow): {_n(trend.nodes, 'node')}, {trend.judged} of {_n(trend.sweeps, 'sweep')}"
+        f" with a forecast; {_n(trend.warnings, 'warning')} on {_n(trend.flagged, 'node')}:"
+        f" {trend.confirmed} then SLOW_READ within {horizon}, {trend.false} false,"
+        f" {trend.pending} pending; {lead}; {trend.missed} missed" + (f" ({whys})" if whys else ""),
+        "note: " + TREND_NOTE.format(horizon=horizon),
+    ]
+    flags = sorted((f for s in scores for f in s.flags), key=lambda f: f.at, reverse=True)
+    for f in flags[:TREND_LINES]:
+        then = (
+            f"SLOW_READ {f.lead_sweeps} sweeps later ({f.slow_at:%Y-%m-%d %H:%M})"
+            if f.outcome is Outcome.CONFIRMED and f.slow_at is not None
+            else f.outcome.value.lower()
+        )
+        out.append(f"trend warned {f.node} {f.at:%Y-%m-%d %H:%M}: {then}: {f.reason}")
+    misses = sorted((m for s in scores for m in s.misses), key=lambda m: m.slow_at, reverse=True)
+    for m in misses[:TREND_LINES]:
+        out.append(f"trend missed {m.node}: SLOW_READ {m.slow_at:%Y-%m-%d %H:%M}, {m.why}")
+    return out
+
+
+def _n(count: int, word: str) -> str:
+    return f"{count} {word}{'' if count == 1 else 's'}"

@@ -1,6 +1,8 @@
 """`screener trend [NODESET]`: early warning (issue 46), each node's sweep figures fitted over
-its recent sweeps; DECLINING nodes first, with the figure, the slope and the forecast in
-words. A warning for the admin who schedules the swap: nothing is drained."""
+its recent sweeps (seq read, rand read, read p99, stall share, and the drive's SMART
+percentage used and media errors where it has them); DECLINING nodes first, with the
+figure, the slope and the forecast in words. A warning for the admin who schedules the
+swap: nothing is drained. Nodes named in NODESET without SMART facts are said to be so."""
 
 from __future__ import annotations
 
@@ -30,10 +32,10 @@ def register(sub: Subparsers) -> None:
 
 def run(args: argparse.Namespace, console: Console) -> int:
     from screener import app
-    from screener.hostlist import expand_nodeset
+    from screener.hostlist import expand_nodeset, fold_nodes
     from screener.policy import load_policy
     from screener.report import terminal
-    from screener.store.trend import node_trends
+    from screener.store.trend import SMART_FIGURES, node_trends
     from screener.verdict.trend import TrendStatus
 
     # every argument checked before the database is opened
@@ -63,6 +65,16 @@ def run(args: argparse.Namespace, console: Console) -> int:
         console.print(terminal.rows_table(title, shown, COLUMNS))
     for r in warned:
         console.print(r.reason, highlight=False, markup=False)
+    if nodes is not None:  # asked of these nodes: say which have no SMART series at all
+        with_smart = {r.node for r in rows if r.figure in SMART_FIGURES}
+        bare = sorted({r.node for r in rows} - with_smart)
+        if bare:
+            console.print(
+                f"{fold_nodes(bare)}: no SMART facts in {'their' if len(bare) > 1 else 'its'} "
+                f"sweeps: {' and '.join(SMART_FIGURES)} left out",
+                highlight=False,
+                markup=False,
+            )
     if not rows:
         console.print(
             "no sweep figures in the store yet: `screener sweep` adds them",

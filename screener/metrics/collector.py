@@ -200,20 +200,23 @@ class StoreCollector(Collector):
 TREND_GAUGES = (
     (
         "screener_node_trend_days_to_slow_line",
-        "Days until the node's figure is forecast to cross the slow line (early warning, "
-        "`screener trend`); a series only while the node is DECLINING. Never drains.",
+        "Days until the node's figure is forecast to cross its line (early warning, "
+        "`screener trend`; figure: seq read, rand read, read p99, stall share, percentage "
+        "used, media errors; 0 while media errors rise); a series only while the node is "
+        "DECLINING. Never drains.",
     ),
     (
         "screener_node_trend_sweeps_to_slow_line",
-        "Sweeps until the node's figure is forecast to cross the slow line; a series only "
+        "Sweeps until the node's figure is forecast to cross its line; a series only "
         "while the node is DECLINING.",
     ),
 )
 
 
 def trend_metrics(declining: Sequence[TrendVerdict]) -> list[Metric]:
-    """Per DECLINING node and figure ("seq read", "rand read"): its forecast in days and in
-    sweeps to the slow line."""
+    """Per DECLINING node and figure ("seq read", "rand read", "read p99", "stall share",
+    "percentage used", "media errors"): its forecast in days and in sweeps to the line
+    (0 for media errors that rose: the line is any new one)."""
     rows = [v for v in declining if v.days_to_cross is not None]
     labels: dict[str, Sequence[str]] = {
         "figure": [v.figure for v in rows],

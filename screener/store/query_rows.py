@@ -82,6 +82,12 @@ class NodeRow:
     slurm_state: str | None = field(default=None, metadata=label("slurm state"))  # IDLE+DRAIN
     slurm_reason: str | None = field(default=None, metadata=label("slurm reason", wrap=True))
     note: str = field(default="", metadata=label("note", wrap=True))  # never probed, ...
+    # Early warning (issue 46), filled by `screener nodes`: a DECLINING node's words as
+    # `screener trend` gives them ("seq read 0.78x peers, falling 0.03x per sweep; crosses
+    # 0.5x in ~9 sweeps (~2026-12-08)") and when, from now, it is forecast to cross the slow
+    # line first ("~9d", "<1d": short for 80 columns). A warning: never its status, no drain.
+    declining: str | None = field(default=None, metadata=label("declining", wrap=True))
+    slow_in: str | None = field(default=None, metadata=label("slow in"))
 
 
 @dataclass(frozen=True)

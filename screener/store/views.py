@@ -12,7 +12,7 @@ windows (``--since``) are range scans. Results are the frozen rows of query_rows
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -20,12 +20,15 @@ from sqlalchemy import Connection, func, select, true
 from sqlalchemy.orm import aliased
 
 from screener.errors import StoreError
+from screener.policy import Policy
 from screener.probe_data import Status, Trigger
 from screener.store.base import aware
 from screener.store.query_rows import NodeHistoryRow, NodeRow
 from screener.store.run_views import counters, flaky, probe_duration_buckets, run_detail
 from screener.store.store import Store
 from screener.store.tables import EventRecord, NodeRecord, RunRecord, VerdictRecord
+from screener.store.trend import node_trends
+from screener.verdict.trend import TrendStatus, TrendVerdict
 
 __all__ = [
     "DRAIN_STATE_ACTIONS",
@@ -34,6 +37,7 @@ __all__ = [
     "change_marks",
     "counters",
     "flaky",
+    "mark_declining",
     "node_columns",
     "node_history",
     "node_overview",
@@ -152,9 +156,10 @@ def _latest_rows(
 _STATUS = {s.value: s for s in Status}
 
 
-def node_overview(store: Store, now: datetime) -> list[NodeRow]:
+def node_overview(store: Store, now: datetime, policy: Policy | None = None) -> list[NodeRow]:
     """Every node: its latest verdict and figures, the age of its last probe, and whether
-    screener drained it (its last drain/resume event is a drain)."""
+    screener drained it (its last drain/resume event is a drain); with ``policy``, DECLINING
+    nodes marked too (one ``node_trends`` over every node's sweeps, as the exporter fits)."""
     now = aware(now, "now")
     with store.reading("list nodes") as conn:
         rows = _latest_rows(conn, _OVERVIEW)
@@ -179,6 +184,45 @@ def node_overview(store: Store, now: datetime) -> list[NodeRow]:
                 drain_reason=why if drained else None,
             )
         )
+    return out if policy is None else mark_declining(out, node_trends(store, policy, now), now)
+
+
+def trend_words(v: TrendVerdict) -> str:
+    """A DECLINING figure as `screener trend` words it, without the node: 'seq read 0.78x
+    peers, falling 0.03x per sweep; crosses 0.5x in ~9 sweeps (~2026-12-08)'."""
+    return v.reason.removeprefix(f"{v.node}: ")
+
+
+def forecast_in(crosses_at: datetime | None, now: datetime) -> str | None:
+    """'~9d' (days from ``now`` to a forecast crossing, rounded) or '<1d': short for 80
+    columns; None without a forecast date."""
+    if crosses_at is None:
+        return None
+    days = (crosses_at - now).total_seconds() / 86_400
+    return "<1d" if days < 1 else f"~{days:.0f}d"
+
+
+def mark_declining(
+    rows: Sequence[NodeRow], trends: Sequence[TrendVerdict], now: datetime
+) -> list[NodeRow]:
+    """``rows`` with each DECLINING node's trend words (every declining figure, the soonest
+    crossing first, joined by ' | ') and how soon after ``now`` that first crossing is
+    forecast; status and drains untouched (a trend is a warning, never a verdict). Pure."""
+    falling: dict[str, list[TrendVerdict]] = {}
+    for v in trends:
+        if v.status is TrendStatus.DECLINING:
+            falling.setdefault(v.node, []).append(v)
+    out = []
+    for row in rows:
+        mine = sorted(
+            falling.get(row.node, ()),
+            key=lambda v: (v.days_to_cross is None, v.days_to_cross or 0.0, v.figure),
+        )
+        if not mine:
+            out.append(row)
+            continue
+        words = " | ".join(trend_words(v) for v in mine)
+        out.append(replace(row, declining=words, slow_in=forecast_in(mine[0].crosses_at, now)))
     return out
 
 
