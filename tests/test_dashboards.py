@@ -39,7 +39,7 @@ from screener.metrics.ops import OpsCollector
 from screener.policy import Policy, StorePolicy
 from screener.store import Store, open_store
 from screener.store.migrate import upgrade
-from screener.store.trend import node_trends
+from screener.store.trend_marks import refresh_marks
 from screener.verdict.trend import TrendStatus
 
 pytest_plugins = ["store_fixtures"]
@@ -154,8 +154,9 @@ def test_every_promql_metric_is_one_the_exporter_exports(tmp_path: Path) -> None
             if seed == "admin":
                 seed_fleet(store, now)
                 seed_accuracy(store, now)
-            else:
-                seed_declining(store, now - timedelta(hours=20))
+            else:  # the sweeps, then the marks the sweep job stores after its run
+                run = seed_declining(store, now - timedelta(hours=20))
+                refresh_marks(store, Policy(), now, None, run)
             exported |= {s.name for m in _registry(store, tmp_path).collect() for s in m.samples}
     used = {(f, where, m) for f, where, expr in _promql() for m in METRIC.findall(expr)}
     assert len({m for *_, m in used}) >= 15
@@ -222,17 +223,18 @@ def _query(url: str, expr: str) -> list[dict[str, Any]]:
 def test_the_trend_panel_lists_the_declining_node_on_a_real_prometheus(tmp_path: Path) -> None:
     """The early-warning table's two instant queries, as Grafana sends them, on a real
     Prometheus scraping the exporter over sweeps where node01 declines beside three steady
-    peers: one row each, node01's seq read, with the forecast `screener trend` gives."""
+    peers: one row each, node01's seq read, with the forecast the sweep stored (as
+    `screener trend` fits it)."""
     url = f"sqlite:///{tmp_path / 'trend.db'}"
     upgrade(url)
     panel = _trend_panel()
     assert panel["type"] == "table" and [t["refId"] for t in panel["targets"]] == ["A", "B"]
     assert all(t["instant"] and t["format"] == "table" for t in panel["targets"])
     with open_store(url) as store:
-        seed_declining(store, datetime.now(UTC) - timedelta(hours=20))
-        (warned,) = [
+        run = seed_declining(store, datetime.now(UTC) - timedelta(hours=20))
+        (warned,) = [  # what the sweep job stores after its run: the exporter reads it
             v
-            for v in node_trends(store, Policy(), datetime.now(UTC))
+            for v in refresh_marks(store, Policy(), datetime.now(UTC), None, run)
             if v.status is TrendStatus.DECLINING
         ]
         registry = CollectorRegistry()

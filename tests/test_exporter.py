@@ -1,5 +1,6 @@
 """The store collector without Prometheus: names and base units, the incremental probe
-histogram, a store failure as screener_store_up 0, and the atomic textfile."""
+histogram, the early warning's gauges from the stored trend marks, a store failure as
+screener_store_up 0, and the atomic textfile."""
 
 from __future__ import annotations
 
@@ -14,12 +15,16 @@ from admin_seed import NODES, SLOW, Seeded, _one_run, seed_fleet
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from store_data import full_probe
+from trend_seed import DECLINING, seed_declining
 
 from screener.errors import ConfigError
 from screener.metrics import StoreCollector, parse_listen, write_textfile
+from screener.policy import Policy, TrendPolicy
 from screener.probe_data import Status, Trigger
 from screener.store import Store, open_store
 from screener.store.migrate import upgrade
+from screener.store.trend_marks import refresh_marks
+from screener.verdict.trend import TrendStatus
 
 pytest_plugins = ["store_fixtures"]
 
@@ -111,6 +116,41 @@ def test_node_figures_follow_new_rows_and_ages_follow_the_clock(db_store: Store)
     assert after_events[("screener_node_drained_by_screener", node01)] == 1
     assert after_events[("screener_node_drained_by_screener", (("node", "node77"),))] == 0
     assert ("screener_node_last_probe_age_seconds", (("node", "node77"),)) not in after_events
+
+
+def test_trend_gauges_are_the_stored_marks_never_a_fit(db_store: Store) -> None:
+    """The forecasts served are the marks the sweep stored after its run: none before (a
+    scrape never fits), the DECLINING node's once stored, and none once that mark is older
+    than [trend] since_days (no sweep has reached the node since: its series is gone)."""
+    last = NOW - timedelta(hours=20)
+    run = seed_declining(db_store, last)
+    clock = [NOW]
+    registry = CollectorRegistry()
+    registry.register(StoreCollector(db_store, clock=lambda: clock[0]))
+
+    def trend() -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        return {
+            k: v for k, v in _samples(registry).items() if k[0].startswith("screener_node_trend")
+        }
+
+    assert trend() == {}  # eight sweeps, no marks stored yet: nothing fitted at the scrape
+    fitted = refresh_marks(db_store, Policy(), last + timedelta(minutes=10), None, run)
+    (warned,) = [v for v in fitted if v.status is TrendStatus.DECLINING]
+    key = (("figure", "seq read"), ("node", DECLINING))
+    assert trend() == {
+        ("screener_node_trend_days_to_slow_line", key): warned.days_to_cross,
+        ("screener_node_trend_sweeps_to_slow_line", key): warned.sweeps_to_cross,
+    }
+    assert 0 < (warned.days_to_cross or 0) < 14
+    clock[0] = last + timedelta(days=91)  # [trend] since_days 90
+    assert trend() == {}
+    short = CollectorRegistry()
+    short.register(
+        StoreCollector(
+            db_store, clock=lambda: NOW, policy=Policy(trend=TrendPolicy(since_days=0.1))
+        )
+    )
+    assert not [k for k in _samples(short) if k[0].startswith("screener_node_trend")]
 
 
 def test_store_failure_is_store_up_zero() -> None:

@@ -757,6 +757,7 @@ def test_exporter_serves_the_declining_nodes_forecast_only(db_store: Store) -> N
     from prometheus_client import CollectorRegistry
 
     from screener.metrics.collector import StoreCollector
+    from screener.store.trend_marks import refresh_marks
 
     names = ["node01", "node02", "node03", "node04"]
     for k in range(8):
@@ -764,6 +765,7 @@ def test_exporter_serves_the_declining_nodes_forecast_only(db_store: Store) -> N
         reads["node01"] *= 0.93**k
         _sweep(db_store, T0 + timedelta(days=k), reads)
     now = T0 + timedelta(days=8)
+    refresh_marks(db_store, Policy(), now)  # what the sweep job stores: the scrape reads it
     registry = CollectorRegistry()
     registry.register(StoreCollector(db_store, clock=lambda: now))
     samples = {
@@ -788,6 +790,7 @@ def test_exporter_labels_each_new_figure(db_store: Store) -> None:
     from prometheus_client import CollectorRegistry
 
     from screener.metrics.collector import StoreCollector
+    from screener.store.trend_marks import refresh_marks
 
     names = ["node01", "node02", "node03", "node04"]
     for k in range(8):
@@ -799,6 +802,7 @@ def test_exporter_labels_each_new_figure(db_store: Store) -> None:
         reads = {n: 300.0 * r for n, r in ratios.items()}
         _sweep(db_store, T0 + timedelta(days=k), reads, p99_ms=p99, smart=smart)
     now = T0 + timedelta(days=8)
+    refresh_marks(db_store, Policy(), now)  # what the sweep job stores: the scrape reads it
     registry = CollectorRegistry()
     registry.register(StoreCollector(db_store, clock=lambda: now))
     days = {

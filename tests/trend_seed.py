@@ -21,9 +21,9 @@ NAMES = ["node01", "node02", "node03", "node04"]
 DECLINING = "node01"
 
 
-def sweep(store: Store, when: datetime, reads: dict[str, float]) -> None:
+def sweep(store: Store, when: datetime, reads: dict[str, float]) -> int:
     """A nightly sweep: each node's round-1 probe (the captured real fio output, its seq
-    read set to ``reads`` MB/s), OK verdicts and the round's peer medians."""
+    read set to ``reads`` MB/s), OK verdicts and the round's peer medians; its run id."""
     nodes = sorted(reads)
     run = store.start_run(Trigger.SWEEP, nodes, {}, None, ",".join(nodes), when)
     base = full_probe()
@@ -39,14 +39,19 @@ def sweep(store: Store, when: datetime, reads: dict[str, float]) -> None:
     )
     store.record_verdicts(run, summary)
     store.finish_run(run, when + timedelta(minutes=5))
+    return run
 
 
-def seed_declining(store: Store, last: datetime, sweeps: int = 8, fleet_fall: bool = False) -> None:
+def seed_declining(store: Store, last: datetime, sweeps: int = 8, fleet_fall: bool = False) -> int:
     """``sweeps`` nightly sweeps ending at ``last``: node01 reads 7 % less each sweep beside
-    its peers; with ``fleet_fall`` every node falls together (the peer median with them)."""
+    its peers; with ``fleet_fall`` every node falls together (the peer median with them).
+    The last sweep's run id. The trend marks are the caller's: a sweep job refreshes them
+    after its run (trend_marks.refresh_marks)."""
+    run = 0
     for k in range(sweeps):
         reads = {n: 300.0 * HEALTHY[i][k] for i, n in enumerate(NAMES)}
         for n in reads:
             if n == DECLINING or fleet_fall:
                 reads[n] *= 0.93**k
-        sweep(store, last - timedelta(days=sweeps - 1 - k), reads)
+        run = sweep(store, last - timedelta(days=sweeps - 1 - k), reads)
+    return run

@@ -93,7 +93,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     footer: list[str] = []
     with app.open_results(policy) as store:
         if args.command == "nodes":
-            nodes = views.node_overview(store, now, policy)  # with the DECLINING marks
+            nodes = views.node_overview(store, now, policy)  # with the sweeps' DECLINING marks
             if args.slurm:
                 nodes = _with_slurm(nodes, policy, args.partition)
             header = [nodes_summary(nodes, stale)] if nodes else []
@@ -201,9 +201,9 @@ def nodes_summary(rows: Sequence[NodeRow], stale_s: float) -> str:
 
 
 def declining_lines(rows: Sequence[NodeRow]) -> list[str]:
-    """Below the `nodes` table, each DECLINING node's trend words in full, one line each:
-    'node07 declining: seq read 0.78x peers, falling 0.03x per sweep; crosses 0.5x in ~9
-    sweeps (~2026-12-08)'."""
+    """Below the `nodes` table, each DECLINING node's trend words as its last sweep stored
+    them, one line each: 'node07 declining: seq read 0.78x peers, -0.03x/sweep, slow
+    ~2026-12-08' (`screener trend node07` fits it now and says it in full)."""
     return [f"{r.node} declining: {r.declining}" for r in rows if r.declining is not None]
 
 

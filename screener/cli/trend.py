@@ -2,7 +2,11 @@
 its recent sweeps (seq read, rand read, read p99, stall share, and the drive's SMART
 percentage used and media errors where it has them); DECLINING nodes first, with the
 figure, the slope and the forecast in words. A warning for the admin who schedules the
-swap: nothing is drained. Nodes named in NODESET without SMART facts are said to be so."""
+swap: nothing is drained. Nodes named in NODESET without SMART facts are said to be so.
+
+It fits on demand; `screener nodes` and the exporter read the marks each sweep stores
+(store/trend_marks.py). ``--refresh`` stores this fit as those marks too (under [trend]
+horizon_days: with ``--horizon``, the table is of that horizon, the marks are not)."""
 
 from __future__ import annotations
 
@@ -24,6 +28,11 @@ def register(sub: Subparsers) -> None:
     t.add_argument("nodeset", nargs="?", default="", help="e.g. 'node[01-64]' (default: all)")
     t.add_argument("--horizon", help="warn of a crossing within this (default [trend] 14d)")
     t.add_argument("--all", action="store_true", help="every node's figures, not only warnings")
+    t.add_argument(
+        "--refresh",
+        action="store_true",
+        help="also store the fit as the marks `nodes` and the exporter read (else: each sweep)",
+    )
     fmt = t.add_mutually_exclusive_group()
     fmt.add_argument("--json", action="store_true", help="print every row as JSON")
     fmt.add_argument("--csv", action="store_true", help="print every row as CSV")
@@ -36,14 +45,22 @@ def run(args: argparse.Namespace, console: Console) -> int:
     from screener.policy import load_policy
     from screener.report import terminal
     from screener.store.trend import SMART_FIGURES, node_trends
+    from screener.store.trend_marks import refresh_marks
     from screener.verdict.trend import TrendStatus
 
     # every argument checked before the database is opened
     nodes = expand_nodeset(args.nodeset) if args.nodeset else None
     horizon = parse_duration(args.horizon, "--horizon") if args.horizon else None
     policy = load_policy(args.config)
-    with app.open_results(policy) as store:
-        rows = node_trends(store, policy, datetime.now(UTC), nodes, horizon)
+    now = datetime.now(UTC)
+    if args.refresh:  # a writable store: the marks of these nodes (all: every node) replaced
+        with app.open_for_actions(policy) as store:
+            rows = refresh_marks(store, policy, now, nodes)
+            if horizon is not None:
+                rows = node_trends(store, policy, now, nodes, horizon)
+    else:
+        with app.open_results(policy) as store:
+            rows = node_trends(store, policy, now, nodes, horizon)
     if args.json:
         print(terminal.rows_json(rows))
         return 0
@@ -53,9 +70,14 @@ def run(args: argparse.Namespace, console: Console) -> int:
     warned = [r for r in rows if r.status is TrendStatus.DECLINING]
     reach = args.horizon or f"{policy.trend.horizon_days:g}d"
     fitted = len({r.node for r in rows})
+    stored = (
+        f"; stored as the marks `screener nodes` reads (within {policy.trend.horizon_days:g}d)"
+        if args.refresh
+        else ""
+    )
     console.print(
         f"{fitted} nodes with sweeps: {len({r.node for r in warned})} declining "
-        f"(crossing the slow line within {reach}); a warning, nobody is drained",
+        f"(crossing the slow line within {reach}); a warning, nobody is drained{stored}",
         highlight=False,
         markup=False,
     )

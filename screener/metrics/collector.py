@@ -4,11 +4,12 @@ Two things are kept between scrapes: the probe-duration histogram, added up incr
 (probes with a higher id than the last scrape saw), so a scrape never rescans the whole
 probe table; and the per-node figures while no node, verdict or drain/resume was added
 (StoreCollector below), so an unchanged fleet is not re-read and re-rendered every scrape.
-Probe ages are computed at every scrape. The early warning's forecasts (issue 46) are
-fitted again only when a verdict was added and ``trend_reuse_s`` has passed: a fit reads
-every node's sweeps of ``[trend] since_days``. Names follow Prometheus conventions: ``screener_``
-prefix, base units (bytes per second, seconds), ``_total`` counters. A store failure does
-not fail the scrape: ``screener_store_up`` goes to 0 and the store's metrics are left out.
+Probe ages are computed at every scrape. The early warning's forecasts (issue 46) are the
+marks each sweep stored for the nodes it probed (store/trend_marks.py), read at every
+scrape (one query of the DECLINING rows): a scrape never fits a trend. Names follow
+Prometheus conventions: ``screener_`` prefix, base units (bytes per second, seconds),
+``_total`` counters. A store failure does not fail the scrape: ``screener_store_up`` goes
+to 0 and the store's metrics are left out.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -34,8 +35,8 @@ from screener.policy import Policy
 from screener.probe_data import Trigger
 from screener.store import Store, views
 from screener.store.tables import EVENT_ACTIONS, RUN_STATUSES
-from screener.store.trend import node_trends
-from screener.verdict.trend import TrendStatus, TrendVerdict
+from screener.store.trend_marks import read_marks
+from screener.verdict.trend import TrendVerdict
 
 log = logging.getLogger(__name__)
 
@@ -108,16 +109,13 @@ class StoreCollector(Collector):
         clock: Callable[[], datetime] | None = None,
         reuse_s: float = 60.0,
         policy: Policy | None = None,
-        trend_reuse_s: float = 900.0,
     ) -> None:
         self.store = store
         self.clock = clock or (lambda: datetime.now(UTC))
         self.reuse_s = reuse_s
         self.histogram = _Histogram()
         self._nodes: _NodeFamilies | None = None
-        self.policy = policy or Policy()  # [trend] and the slow lines (verdict gaps)
-        self.trend_reuse_s = trend_reuse_s
-        self._trends: tuple[int, float, list[Metric]] | None = None  # verdict mark, at, families
+        self.policy = policy or Policy()  # [trend] since_days: how old a stored mark may be
 
     def describe(self) -> Iterable[Metric]:
         return []  # no pre-registration checks: collect() talks to the database
@@ -183,18 +181,10 @@ class StoreCollector(Collector):
         return [*nodes.families, _gauge(*NODE_AGE, nodes.names, nodes.texts, ages)]
 
     def _trend_families(self) -> list[Metric]:
-        """The DECLINING nodes' forecasts: fitted again once a verdict was added (a sweep)
-        and ``trend_reuse_s`` passed since the last fit, else the last fit's families."""
-        verdicts = views.change_marks(self.store)[1]
-        kept = self._trends
-        if kept is not None and (
-            kept[0] == verdicts or time.monotonic() - kept[1] < self.trend_reuse_s
-        ):
-            return kept[2]
-        fitted = node_trends(self.store, self.policy, self.clock())
-        families = trend_metrics([v for v in fitted if v.status is TrendStatus.DECLINING])
-        self._trends = (verdicts, time.monotonic(), families)
-        return families
+        """The DECLINING nodes' forecasts as the sweep that last probed each stored them
+        (none fitted before [trend] since_days: that node has no series left)."""
+        since = self.clock() - timedelta(days=self.policy.trend.since_days)
+        return trend_metrics(read_marks(self.store, declining_only=True, since=since))
 
 
 TREND_GAUGES = (

@@ -55,6 +55,10 @@ SCREEN_ACTIONS = ("fast_path",)
 # What a dry-run sweep would have done (0005s): a drain (its exact reason) or a resume.
 DRY_RUN_ACTIONS = ("would_drain", "would_resume")
 JOB_KINDS = ("seq_write", "seq_read", "rand_read")  # the NodeProbe field a job came from
+# Early warning's marks (0009t): verdict.trend's TrendStatus and Scale values, spelt out so
+# that opening the store (every prolog hook) does not import the fit; a test holds them equal.
+TREND_STATUSES = ("DECLINING", "STEADY", "BELOW", "TOO_FEW")
+TREND_SCALES = ("falling", "rising", "share", "counter")
 
 # Deterministic constraint names, so migrations can refer to (and later drop) them by name.
 NAMING = {
@@ -349,6 +353,37 @@ class SentinelReadingRecord(Base):
     at: Mapped[datetime]
     recipe: Mapped[str] = mapped_column(String(32))  # probe.sentinel.dd_recipe
     read_bw: Mapped[float]  # bytes/s
+
+
+class TrendMarkRecord(Base):
+    """A node's current early-warning verdict of one figure (issue 46; 0009t), as the sweep
+    that last probed it fitted it (store/trend_marks.py): one row per node and figure,
+    replaced whole at each refresh, so `screener nodes` and the exporter read the marks
+    instead of fitting every node's sweeps. Columns as verdict.trend.TrendVerdict's."""
+
+    __tablename__ = "trend_marks"
+    __table_args__ = (
+        CheckConstraint(_in("status", TREND_STATUSES), name="status"),
+        CheckConstraint(_in("scale", TREND_SCALES), name="scale"),
+        Index(None, "status"),  # the readers want the DECLINING few
+    )
+
+    node_id: Mapped[int] = mapped_column(ForeignKey("nodes.id"), primary_key=True)
+    figure: Mapped[str] = mapped_column(String(32), primary_key=True)  # "seq read", ...
+    status: Mapped[str] = mapped_column(String(16))
+    scale: Mapped[str] = mapped_column(String(16))
+    sweeps: Mapped[int] = mapped_column(Integer)  # points of the fitted series
+    level: Mapped[float | None]
+    per_sweep: Mapped[float | None]
+    sweeps_to_cross: Mapped[float | None]
+    days_to_cross: Mapped[float | None]
+    crosses_at: Mapped[datetime | None]
+    threshold: Mapped[float]
+    recipe: Mapped[str | None] = mapped_column(String(32))
+    reason: Mapped[str]  # the words `screener trend` prints
+    fitted_at: Mapped[datetime]
+    # the sweep whose refresh fitted it (NULL: `screener trend --refresh`, or run deleted)
+    run_id: Mapped[int | None] = mapped_column(ForeignKey("runs.id", ondelete="SET NULL"))
 
 
 # ---- after the job (issue 12): ingested IOR/fio results, see screener/ingest ----------------

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Connection, func, select, true
@@ -27,8 +27,8 @@ from screener.store.query_rows import NodeHistoryRow, NodeRow
 from screener.store.run_views import counters, flaky, probe_duration_buckets, run_detail
 from screener.store.store import Store
 from screener.store.tables import EventRecord, NodeRecord, RunRecord, VerdictRecord
-from screener.store.trend import node_trends
-from screener.verdict.trend import TrendStatus, TrendVerdict
+from screener.store.trend_marks import read_marks
+from screener.verdict.trend import TrendStatus, TrendVerdict, short_words
 
 __all__ = [
     "DRAIN_STATE_ACTIONS",
@@ -159,7 +159,8 @@ _STATUS = {s.value: s for s in Status}
 def node_overview(store: Store, now: datetime, policy: Policy | None = None) -> list[NodeRow]:
     """Every node: its latest verdict and figures, the age of its last probe, and whether
     screener drained it (its last drain/resume event is a drain); with ``policy``, DECLINING
-    nodes marked too (one ``node_trends`` over every node's sweeps, as the exporter fits)."""
+    nodes marked too, from the marks the sweeps stored (trend_marks.read_marks: one query
+    of the DECLINING rows, none fitted before [trend] since_days), never fitted here."""
     now = aware(now, "now")
     with store.reading("list nodes") as conn:
         rows = _latest_rows(conn, _OVERVIEW)
@@ -184,13 +185,10 @@ def node_overview(store: Store, now: datetime, policy: Policy | None = None) -> 
                 drain_reason=why if drained else None,
             )
         )
-    return out if policy is None else mark_declining(out, node_trends(store, policy, now), now)
-
-
-def trend_words(v: TrendVerdict) -> str:
-    """A DECLINING figure as `screener trend` words it, without the node: 'seq read 0.78x
-    peers, falling 0.03x per sweep; crosses 0.5x in ~9 sweeps (~2026-12-08)'."""
-    return v.reason.removeprefix(f"{v.node}: ")
+    if policy is None:
+        return out
+    since = now - timedelta(days=policy.trend.since_days)
+    return mark_declining(out, read_marks(store, declining_only=True, since=since), now)
 
 
 def forecast_in(crosses_at: datetime | None, now: datetime) -> str | None:
@@ -205,9 +203,10 @@ def forecast_in(crosses_at: datetime | None, now: datetime) -> str | None:
 def mark_declining(
     rows: Sequence[NodeRow], trends: Sequence[TrendVerdict], now: datetime
 ) -> list[NodeRow]:
-    """``rows`` with each DECLINING node's trend words (every declining figure, the soonest
-    crossing first, joined by ' | ') and how soon after ``now`` that first crossing is
-    forecast; status and drains untouched (a trend is a warning, never a verdict). Pure."""
+    """``rows`` with each DECLINING node's trend words in short (verdict.trend.short_words:
+    'seq read 0.78x peers, -0.03x/sweep, slow ~2026-12-08'; every declining figure, the
+    soonest crossing first, joined by ' | ') and how soon after ``now`` that first crossing
+    is forecast; status and drains untouched (a trend is a warning, never a verdict). Pure."""
     falling: dict[str, list[TrendVerdict]] = {}
     for v in trends:
         if v.status is TrendStatus.DECLINING:
@@ -221,7 +220,7 @@ def mark_declining(
         if not mine:
             out.append(row)
             continue
-        words = " | ".join(trend_words(v) for v in mine)
+        words = " | ".join(short_words(v) for v in mine)
         out.append(replace(row, declining=words, slow_in=forecast_in(mine[0].crosses_at, now)))
     return out
 

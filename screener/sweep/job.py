@@ -12,18 +12,23 @@ spool, keep_file. Slow held nodes are drained (guarded); a dry run drains nobody
 
 A database that does not answer still gets every figure later (`screener spool replay`),
 but then nobody is drained.
+
+Once the run is stored (and its drains done), the early-warning marks of the held nodes are
+fitted again and stored (store/trend_marks.py), so `screener nodes` and the exporter read
+them instead of fitting: never at the sweep's cost (an error is one log line).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 
 from screener import app
 from screener.errors import ConfigError, StoreError
 from screener.hooks import drains
-from screener.hooks.log import HookLog
+from screener.hooks.log import HookLog, describe_error
 from screener.hostlist import expand_nodeset, fold_nodes
 from screener.pipeline import ProbeLocks, ScreenResult
 from screener.policy import Policy, database_url
@@ -31,17 +36,20 @@ from screener.probe_data import Trigger
 from screener.slurm import SlurmClient, SlurmNode, select_client
 from screener.store import Store, open_store
 from screener.store.slurm_records import SlurmRecords
+from screener.store.trend_marks import refresh_marks
 from screener.sweep.drained import drained_idle
 from screener.sweep.due import drain_due
 from screener.sweep.mode import SweepMode, submit_argv
 from screener.sweep.step import StepProber, srun_probe_argv, step_results
 from screener.sweep.submit import idle_nodes, submit_sweep
 from screener.transport.base import Transport
+from screener.verdict.trend import TrendStatus
 
 __all__ = [
     "SweepMode",
     "batch_policy",
     "idle_nodes",
+    "refresh_trend_marks",
     "run_sweep",
     "srun_probe_argv",
     "step_results",
@@ -144,7 +152,10 @@ class Sweep:
             prober=prober,
             run_info={"sweep_mode": self.mode.as_dict()},
         )
-        return app.run_screen(request)
+        result = app.run_screen(request)
+        if store is not None:
+            refresh_trend_marks(store, self.policy, result, self.held, self.log)
+        return result
 
     def _act(
         self, records: SlurmRecords | None, result: ScreenResult, every: Mapping[str, SlurmNode]
@@ -185,3 +196,32 @@ class Sweep:
             drain_due(
                 policy, self.client, records, every, partition, unheld, run_id, now, dry_run, log
             )
+
+
+def refresh_trend_marks(
+    store: Store,
+    policy: Policy,
+    result: ScreenResult,
+    nodes: Sequence[str],
+    log: Callable[[str], None],
+) -> None:
+    """After a sweep's run is stored: fit the early warning of the ``nodes`` it probed and
+    store their marks (trend_marks.refresh_marks), then log how many are DECLINING and how
+    long it took. Never raises: a failure is one log line, the sweep's exit is its own,
+    and the readers keep the previous marks until the next sweep."""
+    if result.run_id is None or result.store_error:
+        log("trend marks not refreshed: this sweep's run is not in the database")
+        return
+    started = time.monotonic()
+    try:
+        fitted = refresh_marks(store, policy, datetime.now(UTC), nodes, result.run_id)
+    except Exception as exc:  # a warning's bookkeeping never fails the sweep
+        log(f"trend marks not refreshed ({describe_error(exc)}): the previous ones stay")
+        return
+    declining = sorted({v.node for v in fitted if v.status is TrendStatus.DECLINING})
+    took = time.monotonic() - started
+    named = f": {fold_nodes(declining)}" if declining else ""
+    log(
+        f"trend marks of {len(nodes)} nodes refreshed in {took:.1f} s: "
+        f"{len(declining)} DECLINING{named}"
+    )
