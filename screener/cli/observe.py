@@ -76,6 +76,7 @@ def exporter(args: argparse.Namespace, console: Console) -> int:
 def report(args: argparse.Namespace, console: Console) -> int:
     from screener import app
     from screener.report import html
+    from screener.report.trend_plot import run_trends
     from screener.store import views
 
     check_id(args.run_id, "RUN")  # an id beyond 2^63 overflows the database's integer
@@ -86,7 +87,9 @@ def report(args: argparse.Namespace, console: Console) -> int:
     with app.open_results(policy) as store:
         detail = views.run_detail(store, args.run_id)
         probes = store.run_probes(args.run_id)
-    page = html.render(detail, probes)
+        nodes = [n.node for n in detail.nodes]  # their trend as it stood at the run's start
+        trends = run_trends(store, policy, nodes, detail.run.started_at, args.run_id)
+    page = html.render(detail, probes, trends=trends)
     try:
         out.write_text(page, encoding="utf-8")
     except OSError as exc:

@@ -4,7 +4,8 @@ Plotly was chosen because its wheel bundles plotly.js, which is inlined once int
 the file opens offline (no CDN, no network), and the plots stay interactive (hover shows
 the node name, zoom into a 1,000-node scatter) where a static image would not. The page
 has three parts: read vs write bandwidth per node (slow nodes in red, the peer read median
-as a dashed line), iostat r_await per node over the probe, and the verdict table.
+as a dashed line), iostat r_await per node over the probe, and the verdict table; given
+the run's trends (report.trend_plot), a fourth: its declining nodes' early warning plots.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import plotly.io as pio
 from plotly.offline import get_plotlyjs
 
 from screener.probe_data import NodeProbe, Status
+from screener.report.trend_plot import RunTrends, trend_figure
 from screener.store.query_rows import RunDetail, RunNodeRow
 from screener.verdict.shadow import WOULD
 
@@ -205,15 +207,50 @@ def verdict_table(detail: RunDetail) -> str:
     return "".join(out)
 
 
-def render(detail: RunDetail, probes: Sequence[NodeProbe], now: datetime | None = None) -> str:
-    """The whole page as one string: CSS, plotly.js and the data inline, nothing fetched."""
+def _div(fig: go.Figure) -> str:
+    div: str = pio.to_html(
+        fig, include_plotlyjs=False, full_html=False, config={"displaylogo": False}
+    )
+    return div
+
+
+def trend_section(trends: RunTrends) -> list[str]:
+    """ "Early warning": what the plots are, then each DECLINING figure's plot (soonest
+    crossing first), or one line saying no node of the run declines."""
+    t = trends
+    how = (
+        f"Each sweep's figure over its round's peer median; Theil-Sen fit of the newest "
+        f"{t.window} sweeps with its {t.confidence:.0%} band; DECLINING when even the slowest "
+        f"fall the band allows crosses the slow line within {t.horizon_days:g} days. "
+        "A warning: nothing is drained for it (<code>screener trend</code>)."
+    )
+    out = ["<h2>Early warning</h2>"]
+    if not t.plots:
+        line = f"No node of this run is declining ({t.fitted} of {t.nodes} nodes fitted)."
+        return [*out, f"<p>{html.escape(line)}</p>"]
+    nodes = len({p.verdict.node for p in t.plots} | {v.node for v in t.more})
+    head = f"{nodes} of {t.nodes} nodes of this run declining ({t.fitted} fitted)."
+    out += [f"<p>{html.escape(head)}</p>", f'<p class="meta">{how}</p>']
+    for plot in t.plots:
+        fig = trend_figure(plot, window=t.window, confidence=t.confidence, run_id=t.run_id)
+        out.append(_div(fig))
+    if t.more:
+        named = ", ".join(f"{v.node} {v.figure}" for v in t.more)
+        out.append(f"<p>Also declining, not plotted: {html.escape(named)}.</p>")
+    return out
+
+
+def render(
+    detail: RunDetail,
+    probes: Sequence[NodeProbe],
+    now: datetime | None = None,
+    trends: RunTrends | None = None,
+) -> str:
+    """The whole page as one string: CSS, plotly.js and the data inline, nothing fetched.
+    With ``trends``, an "Early warning" section after the verdicts."""
     r = detail.run
     statuses = {n.node: n.status for n in detail.nodes}
-    figs = [bandwidth_figure(detail), await_figure(probes, statuses)]
-    divs = [
-        pio.to_html(f, include_plotlyjs=False, full_html=False, config={"displaylogo": False})
-        for f in figs
-    ]
+    divs = [_div(bandwidth_figure(detail)), _div(await_figure(probes, statuses))]
     when = (now or datetime.now(UTC)).strftime("%Y-%m-%d %H:%M:%SZ")
     meta = (
         f"{html.escape(r.trigger.value)} run, job {html.escape(r.job_id or '-')}, "
@@ -248,6 +285,7 @@ def render(detail: RunDetail, probes: Sequence[NodeProbe], now: datetime | None 
             divs[1],
             "<h2>Verdicts</h2>",
             verdict_table(detail),
+            *(trend_section(trends) if trends is not None else []),
             "</body></html>",
         ]
     )
