@@ -237,6 +237,28 @@ def test_two_falling_figures_give_the_soonest_crossing_first() -> None:
     assert marked[1] == rows[1]
 
 
+def test_nodes_slurm_keeps_the_mark_beside_slurms_view(db_store: Store) -> None:
+    """`nodes --slurm` joins Slurm's nodes to screener's rows (report/slurm_view.py): the
+    declining node keeps its words and its `slow in`, which the --slurm table shows too."""
+    from screener.cli.admin import HUMAN_COLUMNS
+    from screener.report.slurm_view import with_slurm
+    from screener.slurm.client import SlurmNode
+
+    last = datetime(2026, 11, 20, 2, 0, tzinfo=UTC)
+    run = seed_declining(db_store, last)
+    refresh_marks(db_store, Policy(), last + timedelta(minutes=10), NAMES, run)
+    rows = views.node_overview(db_store, last + timedelta(hours=6), Policy())
+    slurm = [SlurmNode(n, frozenset({"IDLE"})) for n in [*NAMES, "node05"]]
+    joined = {r.node: r for r in with_slurm(rows, slurm, "screener:")}
+    marked = {r.node: r for r in rows if r.declining is not None}
+    assert set(marked) == {"node01"}
+    one = joined["node01"]
+    assert (one.declining, one.slow_in) == (marked["node01"].declining, marked["node01"].slow_in)
+    assert one.slow_in is not None and one.slurm_state == "IDLE"
+    assert joined["node05"].slow_in is None and joined["node05"].note == "never probed"
+    assert "slow_in" in HUMAN_COLUMNS["nodes --slurm"]
+
+
 # ---- through the CLI (SQLite file): the table at 80 columns, JSON, CSV -----------------------
 
 
