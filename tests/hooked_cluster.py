@@ -217,7 +217,7 @@ def wait_for(what: str, check: Callable[[], T | bool | None], timeout: float = 1
     """Poll a real condition until it holds (its truthy value), backing off from 20 ms to
     0.25 s between polls (procs.wait_until); AssertionError naming ``what`` at the timeout."""
     try:
-        return wait_until(what, check, time.monotonic() + timeout)  # type: ignore[arg-type]
+        return wait_until(what, check, time.monotonic() + timeout)  # type: ignore[return-value]
     except ClusterError as exc:
         raise AssertionError(str(exc)) from None
 
