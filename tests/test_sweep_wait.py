@@ -45,6 +45,17 @@ class _History:
         raise AssertionError("not asked")
 
 
+class _EndsAt(_History):
+    """A job RUNNING until ``t`` seconds of the scripted clock, COMPLETED from then on."""
+
+    def __init__(self, t: float) -> None:
+        super().__init__([])
+        self.t = t
+
+    def job(self, job_id: str) -> SlurmJob | None:
+        return _job("COMPLETED" if self.now >= self.t else "RUNNING")
+
+
 def _job(state: str) -> SlurmJob:
     return SlurmJob("7", ("n1",), state=state)
 
@@ -60,7 +71,21 @@ def test_a_short_job_is_seen_ended_within_seconds_not_sbatchs_32() -> None:
     assert _wait(h) == (0, "COMPLETED", "COMPLETED")
     assert h.sleeps[0] == POLL_FIRST_S and max(h.sleeps) <= POLL_MAX_S
     assert h.sleeps == sorted(h.sleeps)  # backs off, never faster again
-    assert next_poll(POLL_MAX_S) == POLL_MAX_S
+    assert next_poll(0.0) == POLL_FIRST_S and next_poll(3600.0) == POLL_MAX_S
+
+
+def test_an_end_is_seen_within_a_tenth_of_the_wait_or_5_s() -> None:
+    """Jobs of 1 s to 10 min: each is seen ended no later than max(0.25 s, 10 % of its
+    run) after it ended, capped at POLL_MAX_S (doubling saw a 5 s job 2.3 s late)."""
+    for ends_at in (1.0, 4.9, 5.1, 8.0, 14.0, 60.0, 600.0):
+        h = _EndsAt(ends_at)
+        assert _wait(h, timeout=3600.0)[:2] == (0, "COMPLETED")
+        late = h.now - ends_at
+        assert 0 <= late <= min(POLL_MAX_S, max(POLL_FIRST_S, 0.1 * h.now)) + 1e-9, (ends_at, h.now)
+    # a minute's job: a few dozen queries, not hundreds
+    h2 = _History([_job("RUNNING")] * 40 + [_job("COMPLETED")])
+    _wait(h2)
+    assert h2.now >= 15 and len(h2.sleeps) == 40
 
 
 def test_a_failed_requeued_or_cancelled_job_exits_1_with_its_state() -> None:
