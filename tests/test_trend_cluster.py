@@ -3,8 +3,9 @@ per node, real fio on paced loop devices), read back as each admin would after e
 
 - 30 sweeps: one node's read throttle tightens 8 % a sweep until the slow rules call it
   SLOW_READ, then it is healed: DECLINING while still above the slow line, at least 3
-  sweeps before its first SLOW verdict, and then `screener nodes` marks it alone; the other
-  5 nodes, healthy for all 30 sweeps, are never flagged;
+  sweeps before its first SLOW verdict, and then `screener nodes` marks it alone; healed,
+  it steps to 0.1x at the 28th: SLOW_READ at once, not DECLINING; the other 5 nodes,
+  healthy for all 30 sweeps, are never flagged;
 - every node tightened together: the round's peer median falls with them, nobody flagged.
 Dry runs: a trend never drains, and a drained node would leave the sweep's job.
 """
@@ -53,6 +54,7 @@ MIN_SWEEPS = 5  # [trend] min_sweeps: a forecast from the 5th sweep
 HORIZON_SWEEPS = 14
 SWEEPS = 30  # issue 46: a healthy node is never flagged over at least 30 sweeps
 RATE = 0.92  # node01's read throttle a sweep: 0.5x (the slow line) at the 9th
+STEP_AT = SWEEPS - 3  # then healed, node01 steps to 0.1x here: a step change
 WALL: dict[str, float] = {}
 WARNS = (SEQ_READ, READ_P99, STALL_SHARE)  # what a tightening read throttle moves
 
@@ -129,9 +131,15 @@ def test_a_declining_node_is_warned_before_it_is_slow_and_no_healthy_node_ever(
     for k in range(SWEEPS):
         if first_slow is None:  # tightening until the slow rules call it
             cluster.inject(node, "slow_read", f"{int(PACE_MB * RATE**k)}M")
+        if k == STEP_AT:  # healed since, its window healthy: slow at once from this sweep
+            cluster.inject(node, "slow_read", f"{PACE_MB // 10}M")
         _sweep(site, k)
         verdicts, flagged = _after_sweep(site)
         history.append((k, verdicts[node].value, [v.reason for v in flagged]))
+        if k == STEP_AT:  # SLOW at once, as without any trend, never merely DECLINING
+            assert first_slow is not None and first_slow < STEP_AT - 12, history
+            assert verdicts[node] is Status.SLOW_READ, history[-1]
+            assert not [v for v in flagged if v.node == node], history[-1]
         if first_slow is not None:  # healed: what a recovered node's fit says is its own
             flagged = [v for v in flagged if v.node != node]
         # the 5 others, healthy for all SWEEPS: never; the node: its read and read's tail
