@@ -26,7 +26,8 @@ def unit_of(f: dataclasses.Field[Any]) -> tuple[str | None, str]:
     return kind, f.metadata.get("header") or f.name
 
 
-def label(header: str, wrap: bool = False) -> dict[str, str | bool | None]:
+def label(header: str, wrap: bool = False, day: bool = False) -> dict[str, str | bool | None]:
     """Field metadata for a column with no unit but a shorter title than its name; ``wrap``:
-    words that may fold in a narrow table (a reason), unlike figures and names."""
-    return {"unit": None, "header": header, "wrap": wrap}
+    words that may fold in a narrow table (a reason), unlike figures and names; ``day``: a
+    time a table shows to the day (a forecast), not the minute."""
+    return {"unit": None, "header": header, "wrap": wrap, "day": day}

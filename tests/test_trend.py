@@ -686,7 +686,7 @@ def _cli(url: str, *args: str) -> subprocess.CompletedProcess[str]:
         capture_output=True,
         text=True,
         timeout=120,
-        env={**env, "SCREENER_DATABASE_URL": url},
+        env={**env, "SCREENER_DATABASE_URL": url, "COLUMNS": "80"},  # an 80-column reader
         stdin=subprocess.DEVNULL,
     )
 
@@ -713,6 +713,15 @@ def test_trend_command_table_json_csv_and_one_line_errors(tmp_path: Path) -> Non
     ), out
     every = _cli(url, "--all", "node[01-02]")
     assert every.returncode == 0 and "node02" in every.stdout and "node03" not in every.stdout
+    # at 80 columns every cell whole: names, the longest figure, the status, the forecast
+    # day (the words below are one line each, for grep: the terminal folds them)
+    for printed in (out, every.stdout):
+        table = [ln for ln in printed.splitlines() if not ln.startswith("node01: ")]
+        assert all(len(line) <= 80 for line in table), printed
+    (row,) = [ln.split() for ln in out.splitlines() if ln.strip().startswith("node01 ")]
+    assert row[:4] == ["node01", "seq", "read", "DECLINING"], row
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d", row[-1]), row
+    assert re.search(r"^ +node01 +percentage used +STEADY ", every.stdout, re.M), every.stdout
     rows = json.loads(_cli(url, "--json").stdout)
     assert len(rows) == 22 and rows[0]["node"] == "node01" and rows[0]["status"] == "DECLINING"
     assert {r["figure"] for r in rows} == {

@@ -17,10 +17,9 @@ from rich.console import Console
 
 from screener.cli.common import Subparsers, parse_duration
 
-COLUMNS = (
-    *("node", "figure", "status", "sweeps", "level", "per_sweep"),
-    *("sweeps_to_cross", "crosses_at", "reason"),
-)
+# The table at 80 columns: figures and the forecast's day; a DECLINING row's words (the
+# sweeps left too) follow it; --json/--csv carry every field (a TOO_FEW row's reason too).
+COLUMNS = ("node", "figure", "status", "level", "per_sweep", "crosses_at")
 
 
 def register(sub: Subparsers) -> None:
@@ -86,7 +85,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
         title = "trends" if args.all else f"declining nodes (within {reach}; --all: every node)"
         console.print(terminal.rows_table(title, shown, COLUMNS))
     for r in warned:
-        console.print(r.reason, highlight=False, markup=False)
+        console.print(r.reason, highlight=False, markup=False, soft_wrap=True)  # one line
     if nodes is not None:  # asked of these nodes: say which have no SMART series at all
         with_smart = {r.node for r in rows if r.figure in SMART_FIGURES}
         bare = sorted({r.node for r in rows} - with_smart)

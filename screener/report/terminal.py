@@ -155,6 +155,8 @@ def _cell(value: object, f: dataclasses.Field[Any] | None = None) -> str:
     if isinstance(value, float):
         return f"{value:,.2f}"
     if isinstance(value, datetime):
+        if f is not None and f.metadata.get("day"):
+            return value.strftime("%Y-%m-%d")  # a forecast's day
         return value.strftime("%Y-%m-%d %H:%M")  # to the minute: JSON/CSV carry the rest
     if isinstance(value, enum.Enum):
         return str(value.value)

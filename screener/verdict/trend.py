@@ -119,7 +119,7 @@ class TrendVerdict:
     per_sweep: float | None = field(metadata=unit("ratio", "per sweep"))  # toward the line
     sweeps_to_cross: float | None = field(metadata=unit("count", "sweeps left"))
     days_to_cross: float | None = field(metadata=unit("ratio", "days left"))
-    crosses_at: datetime | None = field(metadata=label("crosses"))
+    crosses_at: datetime | None = field(metadata=label("crosses", day=True))  # a forecast
     threshold: float = field(metadata=unit("ratio", "line"))
     recipe: str | None = field(metadata=label("recipe"))
     reason: str = field(metadata=label("reason", wrap=True))
