@@ -239,7 +239,7 @@ def test_two_falling_figures_give_the_soonest_crossing_first() -> None:
 
 def test_nodes_slurm_keeps_the_mark_beside_slurms_view(db_store: Store) -> None:
     """`nodes --slurm` joins Slurm's nodes to screener's rows (report/slurm_view.py): the
-    declining node keeps its words and its `slow in`, which the --slurm table shows too."""
+    declining node keeps its words and its `slow in` (--json), and the words follow the table."""
     from screener.cli.admin import HUMAN_COLUMNS
     from screener.report.slurm_view import with_slurm
     from screener.slurm.client import SlurmNode
@@ -256,7 +256,9 @@ def test_nodes_slurm_keeps_the_mark_beside_slurms_view(db_store: Store) -> None:
     assert (one.declining, one.slow_in) == (marked["node01"].declining, marked["node01"].slow_in)
     assert one.slow_in is not None and one.slurm_state == "IDLE"
     assert joined["node05"].slow_in is None and joined["node05"].note == "never probed"
-    assert "slow_in" in HUMAN_COLUMNS["nodes --slurm"]
+    # the --slurm table leaves `slow in` to the words below it, as `nodes` prints them
+    assert "slow_in" not in HUMAN_COLUMNS["nodes --slurm"]
+    assert declining_lines(list(joined.values())) == [f"node01 declining: {one.declining}"]
 
 
 # ---- through the CLI (SQLite file): the table at 80 columns, JSON, CSV -----------------------

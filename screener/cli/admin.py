@@ -156,7 +156,8 @@ HUMAN_COLUMNS: dict[str, tuple[str, ...]] = {
         *("node", "status", "read_mb_s", "write_mb_s", "ratio", "age_s", "drained_by_screener"),
         "slow_in",  # a DECLINING node's forecast ("~9d"); its words follow the table
     ),
-    "nodes --slurm": ("node", "slurm_state", "status", "age_s", "slurm_reason", "note", "slow_in"),
+    # a declining node's forecast: in the words below the table (the note needs the room)
+    "nodes --slurm": ("node", "slurm_state", "status", "age_s", "slurm_reason", "note"),
     "history": ("run_id", "started_at", "trigger", "status", "read_mb_s", "write_mb_s", "ratio"),
     "flaky": ("node", "episodes", "open", "last_seen", "ttr_median_s", "resumes"),
     "runs": ("id", "trigger", "job_id", "started_at", "status", "n_ok", "n_slow", "nodeset"),
