@@ -176,6 +176,22 @@ def paced_mixed_fleet(cluster: ClusterHandle) -> Fleet:
     )
 
 
+def calibration_screen(cluster: ClusterHandle, cfg: Path, nodes: list[str]) -> list[Any]:
+    """One `screener screen NODES --json` under ``cfg``: each node's row, every one with its
+    read and write figure (MB/s), or SystemExit with the screen's output (a mixed fleet's
+    calibration: the unpaced rates its slower model is set from; trend_lead's too)."""
+    env = {**cluster.env(), "SCREENER_CONFIG": str(cfg)}
+    res = subprocess.run(
+        [str(SCREENER), "screen", ",".join(nodes), "--json"],
+        env=env, capture_output=True, text=True, timeout=900, check=False,
+    )  # fmt: skip
+    rows = json.loads(res.stdout or '{"nodes": []}')["nodes"]
+    got = [n for n in rows if n.get("read_mb_s") and n.get("write_mb_s")]
+    if len(got) != len(nodes):
+        raise SystemExit(f"the calibration screen did not pass: {res.stdout[-1500:]}")
+    return got
+
+
 def mixed_fleet(cluster: ClusterHandle, cfg: Path, d: Path) -> Fleet:
     """Unpaced devices, SLOWER at SLOWER_FACTOR x the unpaced healthy median, measured as the
     prolog's triage reads (0.25 s ramp + 0.5 s, the triage's queue depth; the write beside
@@ -197,21 +213,10 @@ def mixed_fleet(cluster: ClusterHandle, cfg: Path, d: Path) -> Fleet:
             d / "calibration.log",
             False,
         )  # fmt: skip: the full recipe, which judges drains (and a sweep's history)
-        env = {**cluster.env(), "SCREENER_CONFIG": str(cfg)}
-        res = subprocess.run(
-            [str(SCREENER), "screen", ",".join(cluster.nodes[:ALLOC]), "--json"],
-            env=env, capture_output=True, text=True, timeout=900, check=False,
-        )  # fmt: skip
-        nodes = json.loads(res.stdout or '{"nodes": []}')["nodes"]
-        for n in nodes:
-            if n.get("read_mb_s"):
-                per_node.setdefault(n["node"], []).append(n["read_mb_s"])
-        got = [n["read_mb_s"] for n in nodes if n.get("read_mb_s")]
-        wrote = [n["write_mb_s"] for n in nodes if n.get("write_mb_s")]
-        if len(got) != ALLOC or len(wrote) != ALLOC:
-            raise SystemExit(f"the calibration screen did not pass: {res.stdout[-1500:]}")
-        reads += got
-        writes += wrote
+        for n in calibration_screen(cluster, cfg, cluster.nodes[:ALLOC]):
+            per_node.setdefault(n["node"], []).append(n["read_mb_s"])
+            reads.append(n["read_mb_s"])
+            writes.append(n["write_mb_s"])
     read, write = statistics.median(reads), statistics.median(writes)
     r, w = int(read * SLOWER_FACTOR * 1e6), int(write * SLOWER_FACTOR * 1e6)
     slow = int(read * 1e6 / 20)

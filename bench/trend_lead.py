@@ -36,7 +36,6 @@ import itertools
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -46,6 +45,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.time_to_start import calibration_screen
 from deploy.minicluster import ClusterHandle
 from screener import __version__
 from screener.policy import TrendPolicy, load_policy
@@ -58,8 +58,8 @@ from tests.hooked_cluster import (
     PACE,
     PACE_IOPS,
     REPO,
-    SCREENER,
     hooked_cluster,
+    pace_devices,
     run_screener,
     write_config,
 )
@@ -93,18 +93,9 @@ def calibrate(cluster: ClusterHandle, d: Path) -> tuple[float, float, list[float
     writes: list[float] = []
     for k in range(CALIBRATIONS):
         cfg, _ = config(cluster, d, f"calibration-{k}")
-        env = {**cluster.env(), "SCREENER_CONFIG": str(cfg)}
-        res = subprocess.run(
-            [str(SCREENER), "screen", ",".join(cluster.nodes), "--json"],
-            env=env, capture_output=True, text=True, timeout=900, check=False,
-        )  # fmt: skip
-        nodes = json.loads(res.stdout or '{"nodes": []}')["nodes"]
-        got = [n["read_mb_s"] for n in nodes if n.get("read_mb_s")]
-        wrote = [n["write_mb_s"] for n in nodes if n.get("write_mb_s")]
-        if len(got) != NODES or len(wrote) != NODES:
-            raise SystemExit(f"the calibration screen did not pass: {res.stdout[-1500:]}")
-        reads += got
-        writes += wrote
+        for n in calibration_screen(cluster, cfg, cluster.nodes):
+            reads.append(n["read_mb_s"])
+            writes.append(n["write_mb_s"])
     return statistics.median(reads), statistics.median(writes), sorted(reads)
 
 
@@ -113,9 +104,8 @@ def setup(cluster: ClusterHandle, d: Path, fleet: str) -> tuple[float, dict[str,
     set."""
     cluster.reset()  # came up unpaced: nothing throttled
     if fleet == "paced":
+        pace_devices(cluster, cluster.nodes)
         for n in cluster.nodes:
-            cluster.inject(n, "slow_read", PACE)
-            cluster.inject(n, "slow_write", PACE)
             cluster.inject(n, "slow_randread", PACE_IOPS)
         return PACE_MB, {"devices_paced": PACE, "pace_iops": PACE_IOPS}
     read, write, seen = calibrate(cluster, d)
