@@ -135,7 +135,7 @@ def hooked_cluster(
 def write_config(path: Path, cluster: ClusterHandle, db: str, log: Path, **sections: Any) -> None:
     """A policy for the emulated nodes: short probes, the cluster's SSH files, test knobs."""
     base: dict[str, dict[str, Any]] = {
-        "probe": {"target": cluster.scratch, "size_mib": 64, "runtime_s": 1.5, "ramp_s": 0.5},
+        "probe": {"target": cluster.scratch, "size_mib": 64, "runtime_s": 1.0, "ramp_s": 0.25},
         "transport": {
             "ssh_config": str(cluster.ssh_config),
             "known_hosts": str(cluster.known_hosts),

@@ -28,7 +28,7 @@ def cluster_policy(cluster: Any, **verdict: Any) -> Policy:
     """Short probes sized for the emulated nodes (1 GiB loop filesystems, 2 cores)."""
     return policy_from_dict(
         {
-            "probe": {"target": cluster.scratch, "size_mib": 64, "runtime_s": 1.5, "ramp_s": 0.5},
+            "probe": {"target": cluster.scratch, "size_mib": 64, "runtime_s": 1.0, "ramp_s": 0.25},
             "transport": {
                 "ssh_config": str(cluster.ssh_config),
                 "known_hosts": str(cluster.known_hosts),

@@ -20,8 +20,9 @@ from screener.errors import StoreError
 from screener.probe_data import Trigger
 from screener.store import Store, open_store
 from screener.store.engine import describe, parse_url, set_limits
+from screener.store.limits import StoreLimits
 from screener.store.migrate import upgrade
-from screener.store.pg_connect import PgConnection, StoreLimits, connect
+from screener.store.pg_connect import PgConnection, connect
 from screener.store.tables import RunRecord
 from tests.pg_private import PgCluster, private_cluster, standby_of
 

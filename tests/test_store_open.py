@@ -199,7 +199,7 @@ def test_unreachable_multi_host_names_every_host() -> None:
 
 def test_store_limits_from_policy() -> None:
     from screener.policy import policy_from_dict
-    from screener.store.pg_connect import StoreLimits
+    from screener.store.limits import StoreLimits
 
     p = policy_from_dict({"store": {"connect_wait_s": 3, "pool_size": 2}})
     assert StoreLimits.from_policy(p.store) == StoreLimits(connect_wait_s=3, pool_size=2)
@@ -213,7 +213,8 @@ def test_the_loaded_policys_store_limits_reach_the_engine(
     passing them."""
     from screener.policy import database_url, load_policy
     from screener.store.engine import set_limits
-    from screener.store.pg_connect import PgConnection, StoreLimits
+    from screener.store.limits import StoreLimits
+    from screener.store.pg_connect import PgConnection
 
     url = pg_dbs.create(pg_template)
     cfg = tmp_path / "screener.toml"

@@ -18,8 +18,8 @@ from screener.errors import StoreError
 from screener.probe_data import Trigger
 from screener.store import Store, open_store
 from screener.store.engine import make_engine, set_limits
+from screener.store.limits import StoreLimits
 from screener.store.migrate import upgrade
-from screener.store.pg_connect import StoreLimits
 from tests.pg_private import PgCluster, private_cluster
 
 pytestmark = pytest.mark.postgres

@@ -14,7 +14,7 @@ from deploy.minicluster.cluster import Cluster
 from deploy.minicluster.nodes import listeners
 from deploy.minicluster.spec import SSH_PORT, ClusterError
 
-SLOTS = 16
+SLOTS = 24  # room for 3 workers on 22.05 and 2 on each other release at once (`make test`)
 SLOT_ROOT = Path("/tmp")
 SUBNET_BASE = 200  # slot k uses 127.0.(200+k).i; the demo default is 127.0.10
 PORT_BASE = 18000  # slot k uses 18000+100k (slurmctld) .. +99 (slurmd); demo uses 17000+

@@ -42,7 +42,7 @@ from screener.slurm.client import check_job_id
 if TYPE_CHECKING:
     from screener.prolog.execute import Context
     from screener.store import Store
-    from screener.store.pg_connect import StoreLimits
+    from screener.store.limits import StoreLimits
 
 
 def run_prolog(
@@ -132,7 +132,7 @@ def _store_limits(policy: Policy, deadline: Deadline) -> StoreLimits:
     """The [store] limits within the budget: no wait on the database ends past it (less
     half the decide reserve), and none takes over a quarter of it (a busy database leaves
     the rest to the screen; the results then go to the spool)."""
-    from screener.store.pg_connect import StoreLimits
+    from screener.store.limits import StoreLimits
 
     end = deadline.start + deadline.budget_s - deadline.reserve_s / 2
     return StoreLimits.from_policy(policy.store).until(end)

@@ -24,8 +24,7 @@ from sqlalchemy.exc import ArgumentError, NoSuchModuleError, SQLAlchemyError
 
 from screener.errors import StoreError
 from screener.policy import redact_url, store_in_force
-from screener.store import pg_connect
-from screener.store.pg_connect import StoreLimits
+from screener.store.limits import StoreLimits
 
 SQLITE_BUSY_TIMEOUT_S = 30.0  # concurrent prolog hooks queue for the write lock this long
 EXAMPLES = "sqlite:////var/lib/screener/screener.db or postgresql+psycopg://USER@HOST:5432/DB"
@@ -230,7 +229,9 @@ def make_engine(
 
 def _pg_events(engine: Engine, limits: StoreLimits) -> None:
     """Connections through pg_connect (bounded waits, in-doubt commits resolved); a write
-    refused as read-only (a server demoted under us) retires its connection."""
+    refused as read-only (a server demoted under us) retires its connection. psycopg is
+    imported here, for a PostgreSQL store only."""
+    from screener.store import pg_connect
 
     @event.listens_for(engine, "do_connect")
     def _connect(_dialect: Any, _rec: Any, cargs: tuple[Any, ...], cparams: dict[str, Any]) -> Any:

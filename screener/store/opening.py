@@ -17,7 +17,7 @@ from screener.store.engine import (
     make_engine,
     sqlite_path,
 )
-from screener.store.pg_connect import StoreLimits
+from screener.store.limits import StoreLimits
 from screener.store.revision import check_current, schema_head, stamped_revision
 from screener.store.store import Store
 

@@ -17,10 +17,11 @@ from __future__ import annotations
 import math
 import random
 import time
-from dataclasses import dataclass, fields, replace
 from typing import Any
 
 import psycopg
+
+from screener.store.limits import MIN_CONNECT_TIMEOUT_S, StoreLimits
 
 # Messages of a connection attempt worth retrying within connect_wait_s: the server is at
 # max_connections, or a failover has not yet produced a writable primary.
@@ -36,39 +37,7 @@ _TRANSIENT = (
     "not yet accepting connections",
 )
 READ_ONLY_SQLSTATE = "25006"  # cannot execute INSERT in a read-only transaction
-MIN_CONNECT_TIMEOUT_S = 2  # libpq's connect_timeout: whole seconds, 1 counts as 2
 NO_TIME = "no time left in the hook's budget to connect to the database"
-
-
-@dataclass(frozen=True)
-class StoreLimits:
-    """How long a PostgreSQL store may wait, and how many connections a process holds
-    ([store] keys of the same names, docs/configuration.md)."""
-
-    connect_timeout_s: float = 5.0  # one host's connect attempt (libpq connect_timeout)
-    connect_wait_s: float = 10.0  # retry a busy server or a failover in progress this long
-    pool_size: int = 4  # connections one process keeps; more threads wait for one
-    pool_timeout_s: float = 10.0  # how long a thread waits for a pooled connection
-    deadline: float | None = None  # time.monotonic() no connect may end past (until())
-
-    @classmethod
-    def from_policy(cls, store: Any) -> StoreLimits:
-        """The limits of a ``[store]`` section (any object with these attributes)."""
-        names = [f.name for f in fields(cls) if f.name != "deadline"]
-        return cls(**{n: getattr(store, n) for n in names if hasattr(store, n)})
-
-    def until(self, deadline: float, share: float = 0.25) -> StoreLimits:
-        """These limits for a caller that must be done by ``deadline`` (time.monotonic()):
-        no connect ends past it, and no one wait (connect retries, a pooled connection)
-        takes more than ``share`` of the time left now, leaving the rest to the work."""
-        cap = max(deadline - time.monotonic(), 0.0) * share
-        return replace(
-            self,
-            connect_timeout_s=min(self.connect_timeout_s, max(cap, MIN_CONNECT_TIMEOUT_S)),
-            connect_wait_s=min(self.connect_wait_s, cap),
-            pool_timeout_s=min(self.pool_timeout_s, cap),
-            deadline=deadline if self.deadline is None else min(deadline, self.deadline),
-        )
 
 
 def transient(exc: BaseException) -> bool:
