@@ -429,11 +429,11 @@ def _doubted_by_the_full_probe(site: dict[str, Any]) -> tuple[Policy, str]:
 def test_triage_takes_in_a_held_node_when_the_budget_cannot_hold_its_full_probe(
     site: dict[str, Any],
 ) -> None:
-    """With a 20 s budget the full probe after the triage does not fit (1.5 x 2 rounds of
-    6 s here, after 6.75 s counted for the triage): the doubted node is triaged with the
-    others instead of joining the job unprobed."""
+    """With a 15 s budget (2 s of it kept to decide) the full probe after the triage does not
+    fit (1.5 x 2 rounds of 3.75 s here, after 6.75 s counted for the triage): the doubted
+    node is triaged with the others instead of joining the job unprobed."""
     cluster = site["cluster"]
-    prolog = {"triage": True, "budget_s": 20.0}
+    prolog = {"triage": True, "budget_s": 15.0}
     write_config(site["config"], cluster, site["db"], site["log"], prolog=prolog)
     policy, doubted = _doubted_by_the_full_probe(site)
     job_id = _hosts_job(site, 5, "--comment", "screener=on")

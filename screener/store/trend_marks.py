@@ -16,8 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Text, any_, bindparam, delete, insert, select, text
-from sqlalchemy.dialects import postgresql
+from sqlalchemy import ARRAY, Connection, Text, any_, bindparam, delete, insert, select, text
 
 from screener.policy import Policy
 from screener.store import convert
@@ -53,9 +52,7 @@ def _named(conn: Connection, names: Sequence[str]) -> Any:
     """``nodes.name`` among ``names``: one array parameter on PostgreSQL (a 10,000-name IN
     list costs psycopg seconds to bind), an IN list on SQLite."""
     if conn.dialect.name == "postgresql":
-        return NodeRecord.name == any_(
-            bindparam("names", list(names), type_=postgresql.ARRAY(Text()))
-        )
+        return NodeRecord.name == any_(bindparam("names", list(names), type_=ARRAY(Text())))
     return NodeRecord.name.in_(list(names))
 
 
