@@ -125,7 +125,7 @@ ior:
 # order, which xdist would otherwise replace by the files' test counts). Each worker's clusters live in their own slot (state dir, subnet, ports) and each
 # test's databases are its own, so the workers share nothing else; most of the suite waits
 # on Slurm, sshd and fio, not on the 2 cores. 46 min serial -> see README for today's time.
-TEST_WORKERS ?= 4
+TEST_WORKERS ?= 3
 # The other releases' files (test-slurms-run, below) run beside the parallel part, on their
 # own clusters and ports: they wait on slurmctld and sshd far more than they use the cores,
 # and in the parallel part's last minutes only the longest files are left. Their roots and
