@@ -19,8 +19,8 @@ import re
 import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
-from screener.app import make_transport
 from screener.epilog.ingest import ingest_after_job
 from screener.errors import ProbeError, ScreenerError, TransportError
 from screener.hooks.injob import (
@@ -41,9 +41,10 @@ from screener.policy import Policy, database_url
 from screener.probe.iostat import parse_iostat
 from screener.probe_data import NodeProbe, Trigger
 from screener.slurm.client import SlurmClient, SlurmJob
-from screener.store import open_store
-from screener.store.slurm_records import SlurmRecords
-from screener.transport.base import Transport
+
+if TYPE_CHECKING:  # the store and the transport are imported where they are used: a job
+    # that was not screened, with nothing to ingest and no spool, needs neither (~0.3 s)
+    from screener.transport.base import Transport
 
 _NOT_STARTED = "no in-job iostat was started"
 WAITED_S = 0.05  # a lock wait at least this long is said in the log (the start was running)
@@ -70,7 +71,6 @@ def replay_spool(policy: Policy, log: HookLog, since: float) -> None:
     """Replay what waits in the spool when the database answers, unless something was
     spooled since ``since`` (Unix time: the database failed just now). Never raises."""
     from screener import spool
-    from screener.store.engine import describe, parse_url
 
     spool_dir = policy.store.spool_dir
     try:
@@ -78,6 +78,9 @@ def replay_spool(policy: Policy, log: HookLog, since: float) -> None:
             return
         if spool.spooled_since(spool_dir, since):
             return
+        from screener.store import open_store
+        from screener.store.engine import describe, parse_url
+
         url = database_url(policy)
         with open_store(url, upgrade=url.startswith("sqlite")) as store:
             done = spool.replay(store, spool_dir, describe(parse_url(url)))
@@ -128,6 +131,8 @@ def _in_job_iostat(
 
 
 async def _collect(policy: Policy, job_id: str, nodes: list[str]) -> list[NodeProbe]:
+    from screener.app import make_transport
+
     transport = make_transport(policy.transport)
     try:
         return list(await asyncio.gather(*(_stop(transport, policy, job_id, n) for n in nodes)))
@@ -190,6 +195,9 @@ def no_samples(probes: list[NodeProbe], interval_s: int) -> str:
 
 def _store(policy: Policy, job_id: str, probes: list[NodeProbe], log: HookLog) -> frozenset[str]:
     """Store the in-job iostat as a run, open an episode per outlier; the outliers."""
+    from screener.store import open_store
+    from screener.store.slurm_records import SlurmRecords
+
     url = database_url(policy)
     now = datetime.now(UTC)
     with open_store(url, upgrade=url.startswith("sqlite")) as store:

@@ -27,23 +27,24 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from screener.errors import ConfigError, ScreenerError, StoreError
 from screener.hooks.drain_rules import plan_drains
-from screener.hooks.drains import DrainContext, acting, apply_drains
 from screener.hooks.log import HookLog
 from screener.hostlist import fold_nodes
 from screener.ingest.files import MAX_BYTES, load_files, outputs_near
 from screener.ingest.judge import TOO_SHORT, Figure, JobFigures
 from screener.ingest.layout import SlurmLayout
 from screener.ingest.results import Phase
-from screener.ingest.service import Ingested, ingest, store_rows
 from screener.ingest.trust import UNTRUSTED, Vetted, vet
 from screener.policy import IngestPolicy, Policy, database_url
 from screener.probe_data import Trigger
 from screener.slurm.client import SlurmClient, SlurmJob, check_reason
-from screener.store import open_store
-from screener.store.slurm_records import SlurmRecords
+
+if TYPE_CHECKING:  # the store (SQLAlchemy, ~0.3 s) is imported where it is used: most jobs
+    # end with nothing to ingest, and the epilog runs after every job
+    from screener.ingest.service import Ingested
 
 _SAFE_DIR = re.compile(r"/[A-Za-z0-9_.+/-]{0,1023}")
 _USER = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,31}")
@@ -140,6 +141,8 @@ def ingest_after_job(
             if screened:  # an unscreened job naming nothing is every other job: no line
                 log(f"job {job.job_id}: no outputs to ingest ({why})")
             return None
+        from screener.ingest.service import ingest
+
         uid = env.get("SLURM_JOB_UID", "")
         if not uid.isdigit():
             raise ConfigError("SLURM_JOB_UID is not set: cannot check who owns the outputs")
@@ -203,6 +206,7 @@ def _spool_ingest(
 ) -> Ingested:
     """The database did not answer: the judged ingest goes to the spool, replayed later."""
     from screener import spool
+    from screener.ingest.service import store_rows
     from screener.run.inputs import new_run_tag
     from screener.store.engine import describe, parse_url
     from screener.store.jobs import IngestHead
@@ -262,7 +266,10 @@ def drain_outliers(
 ) -> list[str]:
     """Drain the job's in-job read outliers: the prolog's mass-drain guard, its drain
     records (so the sweep's resume rule applies), never a node someone else drained."""
+    from screener.hooks.drains import DrainContext, acting, apply_drains
     from screener.slurm import select_client
+    from screener.store import open_store
+    from screener.store.slurm_records import SlurmRecords
 
     if client is None:
         client, _ = select_client(policy.slurm)
