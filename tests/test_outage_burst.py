@@ -113,6 +113,26 @@ def _prolog_tags(pg: PgCluster) -> dict[str, int]:
         return {str(r[0]): int(str(r[1])) for r in conn.execute(sql).fetchall()}
 
 
+def _prolog_jobs(pg: PgCluster) -> dict[str, list[str]]:
+    """The run tags of the prolog runs stored for each job id."""
+    sql = b"SELECT job_id, policy->>'run_tag' FROM runs WHERE trigger = 'prolog'"
+    out: dict[str, list[str]] = {}
+    with pg.connect() as conn:
+        for job_id, tag in conn.execute(sql).fetchall():
+            out.setdefault(str(job_id), []).append(str(tag))
+    return out
+
+
+def _unstored(pg: PgCluster, jobs: list[str], log: str) -> str:
+    """What a failed "every run stored once" check needs: the jobs without exactly one
+    stored run, every hook-log line that names them, and every line on the spool."""
+    by_job = _prolog_jobs(pg)
+    odd = {j: by_job.get(j, []) for j in jobs if len(by_job.get(j, [])) != 1}
+    named = [f"job {j}" for j in odd] + ["spool", "replay"]
+    lines = [ln for ln in log.splitlines() if any(n in ln for n in named)]
+    return f"jobs without exactly one run: {odd}\n" + "\n".join(lines)
+
+
 def _replay_rest(cluster: ClusterHandle, config: Path, spool_dir: Path) -> None:
     """What the hooks left in the spool (a run still live when they looked), replayed."""
     done = run_screener(cluster, config, "spool", "replay")
@@ -189,7 +209,8 @@ def test_few_free_connections_every_hook_in_budget_every_run_stored(
             assert "Traceback" not in log and not GAVE_UP.search(log), log
             _replay_rest(cluster, config, spool_dir)
             tags = _prolog_tags(pg)
-            assert tags == dict.fromkeys(tags, 1) and len(tags) == len(jobs), (tags, log)
+            ok = tags == dict.fromkeys(tags, 1) and len(tags) == len(jobs)
+            assert ok, _unstored(pg, jobs, log)
             spooled = set(SPOOLED.findall(log))
             worst = max(jobs, key=lambda j: max(took[j], walls[j]))
             print(f"{FREE} free connections: {len(jobs)} prologs at once, the slowest "

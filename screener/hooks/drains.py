@@ -44,21 +44,21 @@ from screener.policy import Policy
 from screener.probe_data import RunSummary, Status, Trigger
 from screener.slurm.client import SlurmClient, SlurmNode
 from screener.store.history import history_window
-from screener.store.locks import actions_lock
+from screener.store.locks import ACTIONS_WAIT_S, actions_lock
 from screener.store.slurm_records import SlurmRecords
 
 Log = Callable[[str], None]
 
 
 @contextlib.contextmanager
-def acting(records: SlurmRecords | None) -> Iterator[None]:
+def acting(records: SlurmRecords | None, wait_s: float = ACTIONS_WAIT_S) -> Iterator[None]:
     """The actions lock around a run's decide_drains + apply_drains, so the partition guard
     counts the drains of concurrent runs (re-entrant: apply_drains takes it again for free).
-    Nothing to lock without records. StoreError when another run held it too long."""
+    Nothing to lock without records. StoreError when another run held it over ``wait_s``."""
     if records is None:
         yield
         return
-    with actions_lock(records.store):
+    with actions_lock(records.store, wait_s):
         yield
 
 
@@ -308,15 +308,23 @@ def finish_pending(
     log: Log,
     nodes: Sequence[str] | None = None,
     current: Mapping[str, SlurmNode] | None = None,
+    wait_s: float = ACTIONS_WAIT_S,
 ) -> list[tuple[str, bool]]:
     """Settle drain intents left by killed runs (of ``nodes``, or all): "drain" + episode when
     Slurm shows exactly the intended reason, else "drain_abandoned". ``current`` is Slurm's
     view when the caller has it fresh; otherwise it is read now. Returns (node, drained).
 
-    Holds the actions lock (re-entrant), so no live run's intent is mistaken for a dead one.
+    Holds the actions lock (re-entrant, waiting at most ``wait_s``), so no live run's intent
+    is mistaken for a dead one; but only when a first look, without it, finds an intent
+    pending. A killed run's intent is committed before that look, so it cannot be missed,
+    and the usual case (none) costs every prolog one query on its one connection instead of
+    the lock's connection plus a second one: 32 prologs at once on a server with 4 free
+    connections queued on the lock for 45 s, each holder waiting for its second connection.
     A Slurm that cannot be read leaves the intents for a later run.
     """
-    with actions_lock(records.store):
+    if not records.pending_drains(nodes):
+        return []
+    with actions_lock(records.store, wait_s):
         pending = records.pending_drains(nodes)
         if not pending:
             return []

@@ -46,6 +46,7 @@ from screener.prolog.triage import triage_policy
 from screener.slurm.client import SlurmClient, SlurmJob
 from screener.spool import SPOOLED_NOTE, SpooledDrains, run_path
 from screener.store import Store
+from screener.store.locks import ACTIONS_WAIT_S
 from screener.store.slurm_records import SlurmRecords
 from screener.transport.base import RUN_TAG, Transport
 
@@ -138,7 +139,9 @@ def _known(ctx: Context) -> Known:
     if records is None:
         return Known.nothing(now)
     pp, nodes = ctx.policy.prolog, ctx.job.nodes
-    drains.finish_pending(ctx.client, records, now, ctx.log, nodes=nodes)  # a killed run's drains
+    # A killed run's drains: waiting on the actions lock at most a quarter of what is left.
+    wait = max(1.0, min(ACTIONS_WAIT_S, ctx.left() / 4))
+    drains.finish_pending(ctx.client, records, now, ctx.log, nodes=nodes, wait_s=wait)
     # what the full probe said last (with triage on): a triage's own doubt is re-triaged
     short = recipe_fingerprint(triage_policy(ctx.policy).probe) if pp.triage else None
     every, latest = records.latest_verdicts_apart(nodes, short)
@@ -293,7 +296,7 @@ def _act(ctx: Context, result: ScreenResult, left_s: float) -> int:
         drains.await_fleet(records, partition, run_id, policy, now, wait, log)
     # Under the actions lock, so the partition guard counts concurrent prologs' drains; with
     # SIGTERM held, so a drain and its record go together (PrologEpilogTimeout).
-    with drains.acting(records):
+    with drains.acting(records, max(1.0, min(ACTIONS_WAIT_S, ctx.left()))):
         chosen = drains.decide_drains(
             summary, run_id, len(job.nodes), partition, records, policy, now, allocated=job.nodes
         )
