@@ -161,6 +161,23 @@ def test_a_suspect_still_below_its_peers_in_round_two_is_degraded_never_ok() -> 
     assert "0.60x the round-2 peer median (< 0.71)" in v.reason, v.reason
     assert "round 1: seq read 900 MB/s" in v.reason and not v.baseline
     assert drainable(merged, confirm=True) == []
+    # no history: the reason says the node's usual place is not known yet (issue 44)
+    assert v.reason.endswith("a slower drive model learns it in 3 screens"), v.reason
+
+
+def test_a_borderline_node_below_its_known_place_does_not_say_unknown() -> None:
+    """With 3 baselines each (n01 usually reads like the rest), round 2's 0.6x is 0.6 of its
+    usual place: borderline, and the reason does not claim its place is unknown."""
+    probes = spread(8)
+    probes[0] = node("n01", read=900, write=2800)
+    first = evaluate(probes, {}, POLICY)
+    refs = references(first, POLICY.confirm_references)
+    history = {n: [3000 * MB] * 3 for n in ["n01", *refs]}
+    second = [node("n01", read=1800)] + [node(r, read=3000) for r in refs]
+    merged = confirm(first, evaluate(second, history, POLICY), refs, borderline_level(POLICY))
+    v = merged.verdicts[0]
+    assert v.status == Status.DEGRADED and v.own_place is not None, v.reason
+    assert round(v.own_place, 2) == 0.6 and "not known yet" not in v.reason, v.reason
 
 
 def test_a_suspect_at_par_in_round_two_was_transient() -> None:

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 from screener.policy import VerdictPolicy
 from screener.probe_data import RunSummary, Status, Verdict
-from screener.verdict.rules import fmt_ratio
+from screener.verdict.rules import MIN_HISTORY, fmt_ratio
 
 SLOW = (Status.SLOW_READ, Status.SLOW_WRITE)
 # Signal of a slow node a shared cause explained (UNKNOWN, not blamed, not drained).
@@ -152,6 +152,18 @@ def references(summary: RunSummary, count: int) -> list[str]:
     return [v.node for v in ok[: max(count, 2 * len(slow) + 1)]]
 
 
+def _no_place(v: Verdict) -> str:
+    """Why a borderline node was not found at its usual place: none is known yet (a first
+    screen of a slower drive model cannot tell it from a node on its way down)."""
+    if v.own_place is not None:
+        return ""
+    return (
+        f"; its usual place among its peers is not known yet ({MIN_HISTORY} earlier "
+        f"baselines of it, and of the round's nodes, are needed): a slower drive model "
+        f"learns it in {MIN_HISTORY} screens"
+    )
+
+
 def confirm(
     first: RunSummary, second: RunSummary, refs: Sequence[str] = (), borderline: float = 0.0
 ) -> RunSummary:
@@ -203,7 +215,7 @@ def confirm(
             text = (
                 f"borderline: slower than its peers in both rounds: round 2 seq read "
                 f"{fmt_ratio(ratio)}x the {r2} peer median (< {borderline:.2f}), round 1: "
-                f"{_label(v.reason, 'round-1')} [{basis}]"
+                f"{_label(v.reason, 'round-1')} [{basis}]{_no_place(v2)}"
             )
             merged.append(
                 replace(
