@@ -77,6 +77,10 @@ class Context:
         """Seconds of the budget a screen may still take."""
         return self.deadline.left(time.monotonic())
 
+    def lock_wait(self, share: float = 1.0) -> float:
+        """How long to wait on the actions lock: ``share`` of the budget left, 1 s to 60 s."""
+        return max(1.0, min(ACTIONS_WAIT_S, self.left() * share))
+
     def say(self, lines: Iterable[str]) -> None:
         """Log each of ``lines`` (a decision's reasons), in order."""
         for line in lines:
@@ -139,8 +143,8 @@ def _known(ctx: Context) -> Known:
     if records is None:
         return Known.nothing(now)
     pp, nodes = ctx.policy.prolog, ctx.job.nodes
-    # A killed run's drains: waiting on the actions lock at most a quarter of what is left.
-    wait = max(1.0, min(ACTIONS_WAIT_S, ctx.left() / 4))
+    # A killed run's drains, waiting on the actions lock at most a quarter of what is left
+    wait = ctx.lock_wait(0.25)
     drains.finish_pending(ctx.client, records, now, ctx.log, nodes=nodes, wait_s=wait)
     # what the full probe said last (with triage on): a triage's own doubt is re-triaged
     short = recipe_fingerprint(triage_policy(ctx.policy).probe) if pp.triage else None
@@ -296,7 +300,7 @@ def _act(ctx: Context, result: ScreenResult, left_s: float) -> int:
         drains.await_fleet(records, partition, run_id, policy, now, wait, log)
     # Under the actions lock, so the partition guard counts concurrent prologs' drains; with
     # SIGTERM held, so a drain and its record go together (PrologEpilogTimeout).
-    with drains.acting(records, max(1.0, min(ACTIONS_WAIT_S, ctx.left()))):
+    with drains.acting(records, ctx.lock_wait()):
         chosen = drains.decide_drains(
             summary, run_id, len(job.nodes), partition, records, policy, now, allocated=job.nodes
         )
