@@ -55,6 +55,12 @@ def submit_ior(
         "SLURM_PMIX_TMPDIR": cluster.scratch,  # per node: the nodes share /tmp
         "OMPI_ALLOW_RUN_AS_ROOT": "1",
         "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+        # The emulated nodes are one host, so Open MPI sees ranks on "different nodes" and
+        # wires them over TCP. By default it excludes loopback and dials the host's external
+        # address (here eth0's 192.0.2.2): under load such connects failed ("connect() to
+        # 192.0.2.2:1025 failed", 2 CI runs), and tests talk only to loopback anyway.
+        "OMPI_MCA_btl_tcp_if_include": "lo",
+        "OMPI_MCA_oob_tcp_if_include": "lo",
     }
     argv = [
         "sbatch",
