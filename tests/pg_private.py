@@ -29,6 +29,7 @@ from tests.store_fixtures import _pid_alive
 
 PREFIX = "scrpg_"  # every private cluster's name starts so; the pid follows the worker
 TIMEOUT_S = 60.0
+FULL_WAIT_S = 30.0  # connect(): how long a server with every slot taken is retried
 # Fast and small: test data need not survive an OS crash (a stop of the server is fine).
 DEFAULTS = {
     "listen_addresses": "127.0.0.1",
@@ -123,15 +124,26 @@ class PgCluster:
         )
 
     def connect(self, dbname: str = "test") -> psycopg.Connection[tuple[object, ...]]:
-        """A direct autocommit connection (for setup and checks, not through screener)."""
-        return psycopg.connect(
-            host="127.0.0.1",
-            port=self.port,
-            user="postgres",
-            dbname=dbname,
-            autocommit=True,
-            connect_timeout=5,
-        )
+        """A direct autocommit connection (for setup and checks, not through screener).
+        A server whose slots are all taken is retried for up to FULL_WAIT_S: a closed
+        client's backend frees its slot only when it has exited, which under load comes
+        after the close returned (a check right after a test's held connections closed
+        saw "too many clients" in CI)."""
+        deadline = time.monotonic() + FULL_WAIT_S
+        while True:
+            try:
+                return psycopg.connect(
+                    host="127.0.0.1",
+                    port=self.port,
+                    user="postgres",
+                    dbname=dbname,
+                    autocommit=True,
+                    connect_timeout=5,
+                )
+            except psycopg.OperationalError as exc:
+                if "too many clients" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)  # polling the server's real state, bounded by the deadline
 
     def is_up(self) -> bool:
         """True when the server accepts connections."""
