@@ -35,7 +35,7 @@ def hooked(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ClusterHa
     d = tmp_path_factory.mktemp("hooked16")
     config = d / "screener.toml"
     config.write_text("")
-    for handle in hooked_cluster(d, config, nodes=PROLOGS + 2):
+    for handle in hooked_cluster(d, config, nodes=PROLOGS + 2, hookd="own"):
         yield handle, d
 
 

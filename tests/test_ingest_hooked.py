@@ -43,7 +43,7 @@ def hooked(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ClusterHa
     d = tmp_path_factory.mktemp("hooked-ingest")
     config = d / "screener.toml"
     config.write_text("")
-    for handle in hooked_cluster(d, config, nodes=5):
+    for handle in hooked_cluster(d, config, nodes=5, hookd="own"):
         yield handle, d
 
 

@@ -53,7 +53,7 @@ def hooked(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ClusterHa
     d = tmp_path_factory.mktemp("hooked-sweep")
     config = d / "screener.toml"
     config.write_text("")
-    for handle in hooked_cluster(d, config):
+    for handle in hooked_cluster(d, config, hookd="own"):
         yield handle, d
 
 
