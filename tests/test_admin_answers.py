@@ -69,12 +69,17 @@ def test_missing_run_and_job_are_one_line_errors(tmp_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def screened(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
-    """Two real local screens of this machine (fio on a tmp directory), stored."""
+    """Two real local screens of this machine (fio on a tmp directory), stored. A small
+    probe (what is checked is how stored figures print, not the probe's size): the default
+    256 MiB, 2 s probe took this fixture 37-57 s on the real disk under the suite's load."""
     d = tmp_path_factory.mktemp("answers")
     target = d / "scratch"
     target.mkdir()
+    small = d / "probe.toml"
+    small.write_text("[probe]\nsize_mib = 32\nruntime_s = 0.5\nramp_s = 0.2\n")
     for _ in range(2):
-        res = cli(d, "screen", "--local", "--target", str(target), "--no-confirm")
+        screen = ("--config", str(small), "screen", "--local", "--target", str(target))
+        res = cli(d, *screen, "--no-confirm")
         assert res.returncode in (0, 3), res.stdout + res.stderr  # 3: this host judged slow
     return d, socket.gethostname()
 
