@@ -58,24 +58,28 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 # The longest test modules, longest first (`make test` passes --no-loadscope-reorder, else
 # xdist reorders files by their number of tests and the long cluster files start last).
-# Seconds in one 3-worker run on this 2-core machine (2026-11-28, junit times, before the
-# paced hooked clusters): 264, 270, 255, 244, 192, 141, 131, 119, 118, 101, 99, 97, 77, 76.
+# Seconds in one 3-worker fresh-clone run on this 2-core machine (2026-12-03, junit times,
+# hooked clusters through their own hookd): 269, 259 (one test of 215 s), 232, 190, 190,
+# 178, 158, 146, 141, 137, 128, 106, 104, 100, 95, 89, 80, 76.
 LONGEST = (
+    "test_trend_cluster.py",
     "test_sweep_mode.py",
-    "test_small_jobs_cluster.py",
     "test_prolog.py",
-    "test_guard_cluster.py",
     "test_hookd.py",
-    "test_sentinel_cluster.py",
-    "test_ingest_hooked.py",
-    "test_pipeline_hold.py",
+    "test_small_jobs_cluster.py",
+    "test_guard_cluster.py",
     "test_concurrency.py",
+    "test_pipeline_hold.py",
+    "test_ingest_hooked.py",
+    "test_hostile_input.py",
+    "test_sentinel_cluster.py",
     "test_fuzz_parsers.py",
+    "test_sweep.py",
+    "test_prolog_failopen.py",
+    "test_outage_cluster.py",
+    "test_slurm_contract.py",
     "test_pipeline.py",
     "test_every_slurm.py",
-    "test_sweep.py",
-    "test_concurrency_prolog.py",
-    "test_admin_answers.py",
 )
 
 
