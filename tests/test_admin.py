@@ -7,7 +7,6 @@ import csv
 import io
 import json
 import subprocess
-import sys
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -18,6 +17,7 @@ from screener.errors import ConfigError, StoreError
 from screener.probe_data import Status, Trigger
 from screener.store import Store, open_store, views
 from screener.store.migrate import upgrade
+from tests import cli_fork
 
 pytest_plugins = ["store_fixtures"]
 
@@ -104,14 +104,7 @@ def test_parse_since_refuses(text: str) -> None:
 
 
 def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "screener.cli", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-        check=False,
-    )
+    return cli_fork.run(args, env=env, timeout=60, check=False)
 
 
 @pytest.fixture(scope="module")

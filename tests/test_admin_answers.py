@@ -9,12 +9,11 @@ import json
 import os
 import socket
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-SCREENER = [sys.executable, "-m", "screener.cli"]
+from tests import cli_fork
 
 
 def cli(tmp_path: Path, *args: str, columns: int = 80) -> subprocess.CompletedProcess[str]:
@@ -25,10 +24,7 @@ def cli(tmp_path: Path, *args: str, columns: int = 80) -> subprocess.CompletedPr
         "SCREENER_DATABASE_URL": f"sqlite:///{tmp_path}/db.sqlite",
         "COLUMNS": str(columns),
     }
-    return subprocess.run(
-        [*SCREENER, *args], capture_output=True, text=True, timeout=300, env=env,
-        stdin=subprocess.DEVNULL,
-    )  # fmt: skip
+    return cli_fork.run(args, timeout=300, env=env)
 
 
 @pytest.mark.parametrize(

@@ -4,21 +4,16 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 
 from screener.store.revision import schema_head
+from tests import cli_fork
 
 pytest_plugins = ["store_fixtures"]  # fixtures: db_backend, empty_db_url, pg_dbs
 
 
 def db(action: str, url: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "screener.cli", "db", action],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "SCREENER_DATABASE_URL": url},
-        stdin=subprocess.DEVNULL,
+    return cli_fork.run(
+        ["db", action], timeout=120, env={**os.environ, "SCREENER_DATABASE_URL": url}
     )
 
 

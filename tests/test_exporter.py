@@ -5,8 +5,6 @@ screener_store_up 0, and the atomic textfile."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -25,6 +23,7 @@ from screener.store import Store, open_store
 from screener.store.migrate import upgrade
 from screener.store.trend_marks import refresh_marks
 from screener.verdict.trend import TrendStatus
+from tests import cli_fork
 
 pytest_plugins = ["store_fixtures"]
 
@@ -189,34 +188,13 @@ def test_textfile_through_the_cli(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SCREENER_")}
     env["SCREENER_DATABASE_URL"] = url
     out = tmp_path / "screener.prom"
-    res = subprocess.run(
-        [sys.executable, "-m", "screener.cli", "exporter", "--textfile", str(out)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-        check=False,
-    )
+    res = cli_fork.run(["exporter", "--textfile", str(out)], env=env, timeout=60)
     assert res.returncode == 0, res.stderr
     fams = {f.name for f in text_string_to_metric_families(out.read_text())}
     assert {"screener_node_verdict", "screener_runs", "screener_probe_duration_seconds"} <= fams
-    bad = subprocess.run(
-        [sys.executable, "-m", "screener.cli", "exporter", "--listen", "localhost:x"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-        check=False,
-    )
+    bad = cli_fork.run(["exporter", "--listen", "localhost:x"], env=env, timeout=60)
     assert bad.returncode == 1 and bad.stderr.startswith("screener: error: --listen")
-    negative = subprocess.run(
-        [sys.executable, "-m", "screener.cli", "exporter", "--reuse-seconds", "-1"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-        check=False,
-    )
+    negative = cli_fork.run(["exporter", "--reuse-seconds", "-1"], env=env, timeout=60)
     assert negative.returncode == 1
     assert negative.stderr.startswith("screener: error: --reuse-seconds must be >= 0")
 

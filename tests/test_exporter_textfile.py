@@ -12,12 +12,12 @@ import os
 import socket
 import stat
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from screener.store.migrate import upgrade
+from tests import cli_fork
 
 
 def exporter(tmp_path: Path, out: Path) -> subprocess.CompletedProcess[str]:
@@ -26,14 +26,7 @@ def exporter(tmp_path: Path, out: Path) -> subprocess.CompletedProcess[str]:
         upgrade(url)
     env = {k: v for k, v in os.environ.items() if not k.startswith("SCREENER_")}
     env["SCREENER_DATABASE_URL"] = url
-    return subprocess.run(
-        [sys.executable, "-m", "screener.cli", "exporter", "--textfile", str(out)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-        check=False,
-    )
+    return cli_fork.run(["exporter", "--textfile", str(out)], env=env, timeout=60)
 
 
 def one_line(res: subprocess.CompletedProcess[str], needle: str) -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from screener.probe_data import RunSummary, Status, Trigger, Verdict
 from screener.store import open_store
 from screener.store.engine import make_engine
 from screener.store.tables import EpisodeRecord, JobIngestRecord, JobResultRecord, NodeRecord
+from tests import cli_fork
 
 pytest_plugins = ["store_fixtures"]  # fixtures: db_backend, db_url, pg_dbs
 
@@ -28,13 +28,10 @@ LAYOUT = ["--nodes", "node[01-04]", "--ranks-per-node", "1"]
 
 
 def cli(url: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "screener.cli", *args],
-        capture_output=True,
-        text=True,
+    return cli_fork.run(
+        args,
         timeout=120,
         env={**os.environ, "SCREENER_DATABASE_URL": url, "SCREENER_CONFIG": ""},
-        stdin=subprocess.DEVNULL,
     )
 
 

@@ -12,29 +12,21 @@ import os
 import re
 import sqlite3
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests import cli_fork
 from tests.hooked_cluster import pace_devices
 
-SCREENER = [sys.executable, "-m", "screener.cli"]
 FIO_MIB = 256  # per node: ~0.1 s healthy (64 MiB was ~25 ms: scheduler noise on a loaded
 # host then moved one healthy node to 0.47x); the 20 MB/s throttled node reads ~13 s
 
 
 def screener(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*SCREENER, *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, **env},
-        stdin=subprocess.DEVNULL,
-    )
+    return cli_fork.run(args, timeout=300, env={**os.environ, **env})
 
 
 def job_script(tmp_path: Path, scratch: str) -> Path:

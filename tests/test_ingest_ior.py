@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from deploy.minicluster import ClusterHandle
+from tests import cli_fork
 from tests.hooked_cluster import pace_devices
 from tests.ior_job import missing_ior, submit_ior, wait_ior
 
@@ -38,13 +37,8 @@ def _ingest(cluster: ClusterHandle, tmp_path: Path, job: str) -> dict[str, objec
     """`screener ingest JOB --dir` with the layout from Slurm (the job is still known)."""
     env = {**cluster.env(), "SCREENER_DATABASE_URL": f"sqlite:///{tmp_path / 's.db'}"}
     env["SCREENER_CONFIG"] = ""
-    res = subprocess.run(
-        [sys.executable, "-m", "screener.cli", "ingest", job, "--dir", str(tmp_path), "--json"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-        check=False,
+    res = cli_fork.run(
+        ["ingest", job, "--dir", str(tmp_path), "--json"], env=env, timeout=120, check=False
     )
     assert res.returncode == 0, res.stderr
     doc: dict[str, object] = json.loads(res.stdout)

@@ -14,15 +14,14 @@ import os
 import socket
 import sqlite3
 import subprocess
-import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
 from screener.probe_data import Trigger
 from screener.spool import SpoolingStore
 from screener.store import open_store
+from tests import cli_fork
 
-SCREENER = [sys.executable, "-m", "screener.cli"]
 DB_DOWN = "postgresql+psycopg://screener@127.0.0.1:1/screener"  # nothing listens on port 1
 
 
@@ -62,10 +61,8 @@ def screen(tmp_path: Path, url: str) -> subprocess.CompletedProcess[str]:
         "[probe]\nsize_mib = 16\nruntime_s = 0.3\nramp_s = 0\nrand_read = false\n"
         f'[store]\nspool_dir = "{tmp_path}/spool"\n'
     )
-    return subprocess.run(
-        [*SCREENER, "--config", str(cfg), "screen", "--local", "--target", str(target)],
-        capture_output=True,
-        text=True,
+    return cli_fork.run(
+        ["--config", str(cfg), "screen", "--local", "--target", str(target)],
         timeout=120,
         env={**os.environ, "SCREENER_DATABASE_URL": url},
     )

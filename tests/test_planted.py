@@ -16,7 +16,6 @@ import hashlib
 import json
 import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,10 +24,10 @@ import pytest
 from deploy.minicluster import ClusterHandle
 from screener.hooks.injob import private_dir, start_argv, stop_argv
 from screener.probe.private import INJOB_PARENT
+from tests import cli_fork
 from tests.hooked_cluster import pace_devices
 
 pytestmark = pytest.mark.cluster
-SCREENER = [sys.executable, "-m", "screener.cli"]
 NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--"]
 REGION_MIB = 4  # the probe region: every victim is larger, so fio would not extend it
 
@@ -145,9 +144,8 @@ def test_a_planted_name_is_never_followed_and_the_node_is_still_judged(
     _plant(cluster, node, kind, private, victims)  # the private directory's name
     planted_old = _on(cluster, node, "stat", "-c", "%F %u", old)
 
-    res = subprocess.run(
+    res = cli_fork.run(
         [
-            *SCREENER,
             "--config",
             str(_config(cluster, tmp_path)),
             "screen",
@@ -156,8 +154,6 @@ def test_a_planted_name_is_never_followed_and_the_node_is_still_judged(
             "--no-confirm",
             "--json",
         ],
-        capture_output=True,
-        text=True,
         timeout=300,
     )
     assert res.returncode in (0, 3), res.stderr

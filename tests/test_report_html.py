@@ -8,7 +8,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from pngpixels import count_colour
 from screener.report.html import MEDIAN_COLOUR, SLOW_COLOUR
 from screener.store import open_store
 from screener.store.migrate import upgrade
+from tests import cli_fork
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CONSOLE = re.compile(r":CONSOLE[:(]")  # Chromium's stderr line for any console message
@@ -67,13 +67,8 @@ def reports(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Seeded, dic
     out = {}
     for name, run in (("slow", seeded.sweeps[-1]), ("healthy", seeded.sweeps[0])):
         page = tmp / f"{name}.html"
-        res = subprocess.run(
-            [sys.executable, "-m", "screener.cli", "report", str(run), "--html", str(page)],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=120,
-            check=False,
+        res = cli_fork.run(
+            ["report", str(run), "--html", str(page)], env=env, timeout=120, check=False
         )
         assert res.returncode == 0, res.stderr
         out[name] = page
@@ -130,14 +125,7 @@ def test_report_bad_input_is_one_line(
     tmp, _, _ = reports
     env = {k: v for k, v in os.environ.items() if not k.startswith("SCREENER_")}
     env["SCREENER_DATABASE_URL"] = f"sqlite:///{tmp / 'r.db'}"
-    res = subprocess.run(
-        [sys.executable, "-m", "screener.cli", "report", run, "--html", str(tmp / out)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-        check=False,
-    )
+    res = cli_fork.run(["report", run, "--html", str(tmp / out)], env=env, timeout=120)
     assert res.returncode == 1 and res.stderr.startswith("screener: error: ")
     assert message in res.stderr and len(res.stderr.strip().splitlines()) == 1
     assert not (tmp / out).exists()

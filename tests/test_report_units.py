@@ -10,7 +10,6 @@ import json
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +17,7 @@ import pytest
 from screener.ingest import accuracy
 from screener.report import terminal
 from screener.store import jobs, query_rows
+from tests import cli_fork
 
 DATA = Path(__file__).resolve().parent / "data" / "ior"
 DURATION = re.compile(r"\b\d+d\d\dh\b|\b\d+h\d\dm\b")
@@ -30,12 +30,8 @@ ROW_CLASSES = [
 
 
 def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "screener.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "SCREENER_CONFIG": "", "COLUMNS": "250", **env},
+    return cli_fork.run(
+        args, timeout=120, env={**os.environ, "SCREENER_CONFIG": "", "COLUMNS": "250", **env}
     )
 
 

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -20,6 +18,7 @@ from screener.policy import VerdictPolicy
 from screener.probe_data import RunSummary, Status, Trigger, Verdict
 from screener.store import Store
 from screener.store.jobs import IngestHead, InJobRow, PrologRow, record_ingest
+from tests import cli_fork
 
 pytest_plugins = ["store_fixtures"]  # fixtures: db_backend, db_url, db_store, pg_dbs
 
@@ -110,10 +109,8 @@ def test_accuracy_by_rule_through_the_store_and_the_cli(db_url: str, tmp_path: P
     config = tmp_path / "screener.toml"
     config.write_text('[verdict]\nshadow = ["peer_tail"]\n')
     env = {**os.environ, "SCREENER_DATABASE_URL": db_url, "SCREENER_CONFIG": str(config)}
-    argv = [sys.executable, "-m", "screener.cli", "accuracy", "--since", "3650d", "--by", "rule"]
-    done = subprocess.run(
-        [*argv, "--json"], capture_output=True, text=True, timeout=120, env=env, check=True
-    )
+    argv = ["accuracy", "--since", "3650d", "--by", "rule"]
+    done = cli_fork.run([*argv, "--json"], timeout=120, env=env, check=True)
     doc = json.loads(done.stdout)
     rows = {r["rule"]: r for r in doc["rows"]}
     assert set(rows) == {"peer_read", "peer_tail"}
@@ -129,5 +126,5 @@ def test_accuracy_by_rule_through_the_store_and_the_cli(db_url: str, tmp_path: P
     }
     assert rows["peer_read"]["drained"] == 1 and rows["peer_read"]["misses"] == 1
     assert "shadowed rule drains nobody" in doc["cannot_know"][0]
-    table = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env, check=True)
+    table = cli_fork.run(argv, timeout=120, env=env, check=True)
     assert "peer_tail" in table.stdout and "shadow" in table.stdout

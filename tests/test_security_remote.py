@@ -30,6 +30,7 @@ from screener.app import make_transport
 from screener.policy import Policy, ProbePolicy, StorePolicy, TransportPolicy
 from screener.probe_data import Status
 from screener.transport.base import CommandResult
+from tests import cli_fork
 
 pytestmark = pytest.mark.cluster
 SCREENER = [sys.executable, "-m", "screener.cli"]
@@ -205,11 +206,8 @@ def test_keep_file_false_removes_the_probe_file(cluster: ClusterHandle, tmp_path
     assert on_node("rm", "-f", probe).exit_status == 0
     for keep, expect in ((True, "600"), (False, "gone")):
         cfg = config(cluster, tmp_path, 0.5, f"keep_file = {str(keep).lower()}")
-        res = subprocess.run(
-            [*SCREENER, "--config", str(cfg), "screen", node, "--no-store", "--no-confirm"],
-            capture_output=True,
-            text=True,
-            timeout=300,
+        res = cli_fork.run(
+            ["--config", str(cfg), "screen", node, "--no-store", "--no-confirm"], timeout=300
         )
         assert res.returncode in (0, 3), res.stderr
         mode = on_node("stat", "-c", "%a", probe)

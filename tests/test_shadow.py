@@ -8,8 +8,6 @@ import ast
 import dataclasses
 import json
 import os
-import subprocess
-import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -23,6 +21,7 @@ from screener.store import Store
 from screener.store.query_rows import RunDetail
 from screener.verdict.judge import evaluate, suspects
 from screener.verdict.shadow import fired, shadow_rules, shadowed
+from tests import cli_fork
 
 pytest_plugins = ["store_fixtures"]  # fixtures: db_backend, db_store, pg_dbs
 
@@ -172,13 +171,13 @@ def test_doctor_shows_dry_run_and_shadow_rules(tmp_path: Path) -> None:
     config = tmp_path / "screener.toml"
     config.write_text('[slurm]\ndry_run = true\n[verdict]\nshadow = ["peer_tail"]\n')
     env = {**os.environ, "SCREENER_DATABASE_URL": f"sqlite:///{tmp_path}/x.db"}
-    argv = [sys.executable, "-m", "screener.cli", "--config", str(config), "doctor", "--json"]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env)
+    argv = ["--config", str(config), "doctor", "--json"]
+    done = cli_fork.run(argv, timeout=120, env=env)
     info = json.loads(done.stdout)
     assert info["dry_run"].startswith("on: decide and record, never drain nor resume")
     assert info["shadow_rules"].startswith("peer_tail: recorded ('would have drained')")
     config.write_text("")
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env)
+    done = cli_fork.run(argv, timeout=120, env=env)
     info = json.loads(done.stdout)
     assert info["dry_run"].startswith("off") and info["shadow_rules"] == "none: every rule decides"
 

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from tests import cli_fork
+
 SCREENER = [sys.executable, "-m", "screener.cli"]
 
 
@@ -137,10 +139,8 @@ def test_sigkill_is_cleaned_up_by_the_next_run(tmp_path: Path) -> None:
         "[probe]\nsize_mib = 16\nruntime_s = 0.5\nramp_s = 0.2\nrand_read = false\n"
         f'[store]\nspool_dir = "{tmp_path}/spool"\n'
     )
-    res = subprocess.run(
-        [*SCREENER, "--config", str(cfg), "screen", "--local", "--target", str(target)],
-        capture_output=True,
-        text=True,
+    res = cli_fork.run(
+        ["--config", str(cfg), "screen", "--local", "--target", str(target)],
         timeout=120,
         env={**os.environ, "SCREENER_DATABASE_URL": f"sqlite:///{db}"},
     )

@@ -15,7 +15,6 @@ import shutil
 import socket
 import stat
 import subprocess
-import sys
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
@@ -31,9 +30,9 @@ from screener.probe.fio import parse_fio
 from screener.probe.iostat import parse_iostat
 from screener.probe_data import NodeProbe, RunSummary
 from screener.verdict.judge import evaluate
+from tests import cli_fork
 
 PG_ROOT = Path("/usr/lib/postgresql")  # Debian: one <major>/bin per installed server
-SCREENER = [sys.executable, "-m", "screener.cli"]
 
 
 def pg_bin(root: Path = PG_ROOT) -> Path | None:
@@ -123,9 +122,7 @@ def pg() -> Iterator[ScratchPg]:
 
 
 def screener(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*SCREENER, *args], capture_output=True, text=True, timeout=300, env={**os.environ, **env}
-    )
+    return cli_fork.run(args, timeout=300, env={**os.environ, **env})
 
 
 def policy(tmp_path: Path, url: str) -> Policy:

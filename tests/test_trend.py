@@ -12,7 +12,6 @@ import os
 import re
 import statistics
 import subprocess
-import sys
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -51,6 +50,7 @@ from screener.verdict.trend import (
     fit,
     short_words,
 )
+from tests import cli_fork
 from tests.store_data import FACTS, full_probe
 
 pytest_plugins = ["store_fixtures"]  # db_store: SQLite and the real PostgreSQL
@@ -681,13 +681,10 @@ def test_node_trends_flags_rising_p99_stall_share_and_media_errors_only(
 
 def _cli(url: str, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "SCREENER_CONFIG"}
-    return subprocess.run(
-        [sys.executable, "-m", "screener.cli", "trend", *args],
-        capture_output=True,
-        text=True,
+    return cli_fork.run(
+        ["trend", *args],
         timeout=120,
         env={**env, "SCREENER_DATABASE_URL": url, "COLUMNS": "80"},  # an 80-column reader
-        stdin=subprocess.DEVNULL,
     )
 
 

@@ -15,7 +15,6 @@ import json
 import os
 import re
 import subprocess
-import sys
 from dataclasses import fields, replace
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
@@ -42,6 +41,7 @@ from screener.verdict.trend import (
     declining,
     short_words,
 )
+from tests import cli_fork
 
 pytest_plugins = ["store_fixtures"]  # db_store: SQLite and the real PostgreSQL
 
@@ -267,15 +267,7 @@ def test_nodes_slurm_keeps_the_mark_beside_slurms_view(db_store: Store) -> None:
 def _cli(url: str, *args: str, command: str = "nodes") -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SCREENER_")}
     env |= {"SCREENER_DATABASE_URL": url, "COLUMNS": "80"}  # an 80-column reader
-    return subprocess.run(
-        [sys.executable, "-m", "screener.cli", command, *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        check=False,
-    )
+    return cli_fork.run([command, *args], timeout=120, env=env, check=False)
 
 
 def test_nodes_command_table_json_csv_mark_the_declining_node(tmp_path: Path) -> None:

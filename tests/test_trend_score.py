@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -33,6 +32,7 @@ from screener.verdict.trend_score import (
     score_node,
     summarize,
 )
+from tests import cli_fork
 from tests.store_data import full_probe
 
 pytest_plugins = ["store_fixtures"]  # db_store: SQLite and the real PostgreSQL
@@ -357,13 +357,10 @@ def test_the_replay_is_what_node_trends_said_after_each_sweep(tmp_path: Path) ->
 
 def _accuracy(url: str, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "SCREENER_CONFIG"}
-    return subprocess.run(
-        [sys.executable, "-m", "screener.cli", "accuracy", "--by", "rule", *args],
-        capture_output=True,
-        text=True,
+    return cli_fork.run(
+        ["accuracy", "--by", "rule", *args],
         timeout=120,
         env={**env, "SCREENER_DATABASE_URL": url, "COLUMNS": "100"},
-        stdin=subprocess.DEVNULL,
     )
 
 
