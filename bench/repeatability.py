@@ -37,9 +37,8 @@ the mixed fleet's before its two 0.6x nodes are set, the paced fleet's under the
 - mixed_healthy (issue 44): no fault, the fleet alone (in the mixed fleet, its two 0.6x
   nodes); nobody SLOW, the 0.6x nodes OK.
 
-History mode: each scenario gets its own store, taught by three healthy full screens first
-(`screener screen`, as the nightly sweep teaches, also with ``--prolog``; rules.MIN_HISTORY;
-``--shared-history``: one store for all, in order, as the first matrix ran).
+History mode: each scenario gets its own store, taught by three healthy screens first
+(rules.MIN_HISTORY; ``--shared-history``: one store for all, in order, as the first matrix ran).
 
 Per scenario, mode and node: how often the verdict came out as expected, and each verdict's
 margin to the deciding thresholds (read / peer median against `min_peer_drop`, robust z
@@ -443,15 +442,12 @@ def main() -> int:
                     history_db = f"sqlite:///{tmp}/history-{fleet}-{name}.db"
                     if args.shared_history:
                         history_db = f"sqlite:///{tmp}/history-{fleet}.db"
-                    # Taught by full screens over the scenario's nodes, as a site's sweeps
-                    # teach (docs/slurm.md: one sweep first), also with --prolog: prologs
-                    # alone never taught the mixed fleet's 0.6x pair its place (SLOW or
-                    # DEGRADED in each, never a baseline), and 2026-12-03's --prolog run
-                    # then drained it in every history screen.
                     if not args.shared_history or name == chosen[0]:
-                        for _ in range(3):  # the healthy fleet (its 0.6x nodes): MIN_HISTORY
+                        for _ in range(
+                            3
+                        ):  # the healthy fleet (its pace, its 0.6x nodes): MIN_HISTORY
                             with faults(cluster, {}, median, wmedian, base):
-                                screen(
+                                run(
                                     cluster,
                                     config(history_db),
                                     NODES if args.shared_history else count,

@@ -40,7 +40,6 @@ from screener.verdict.rules import (
     history_level,
     history_ratios,
     history_reason,
-    learned_place,
     own_place,
     peer_reason,
     peer_stats,
@@ -50,7 +49,6 @@ from screener.verdict.rules import (
     read_stall,
     tail_signals,
     tail_stats,
-    usual_levels,
 )
 from screener.verdict.shadow import shadowed
 from screener.verdict.usual import at_usual_place, tail_ceilings, usual_doubt
@@ -158,12 +156,10 @@ def _judge(
     policy: VerdictPolicy,
     history_level: float | None = None,
     ceiling: tuple[float, float] | None = None,
-    learned: float | None = None,
 ) -> Verdict:
     """Verdict for one usable node given the round's peer statistics (``history_level``:
     the round's typical read / own history, see rules.history_level; ``ceiling``: where
-    its tail usually sits under this recipe, tail_ceilings, None when not known;
-    ``learned``: where its history puts it among the round, rules.learned_place)."""
+    its tail usually sits under this recipe, tail_ceilings, None when not known)."""
     assert p.seq_read is not None
     r_tags, r_why = _read_signals(p, peers, history, policy, history_level, ceiling)
     w_tags, w_why = _write_signals(p, peers, policy)
@@ -189,7 +185,8 @@ def _judge(
         own_place=own_place(bw, history, history_level) if history_level is not None else None,
     )
     hard = [t for t in r_tags if t not in SOFT_TAGS]
-    if (doubt := usual_doubt(hard, w_tags, figures.own_place, policy, learned)) is not None:
+    ratio = bw / peers.read.median if peers.read else None
+    if (doubt := usual_doubt(hard, w_tags, figures.own_place, policy, ratio)) is not None:
         usual = at_usual_place(figures.own_place, policy)
         own = figures.own_place or 0.0
         only_place = not problems and set(r_tags) <= {"peer_read"}
@@ -324,7 +321,6 @@ def evaluate(
     reads = {p.node: p.seq_read.bw_bytes for p in usable if p.seq_read}
     ratios = history_ratios(reads, history)
     level = history_level(ratios, policy.min_peers)
-    levels = usual_levels(history, list(reads))
     verdicts: dict[str, Verdict] = {}
     for p in probes:
         if not p.usable:
@@ -332,8 +328,7 @@ def evaluate(
         else:
             hist = history.get(p.node, ())
             ceiling = ceilings.get(p.node)
-            learned = learned_place(p.node, levels, policy.min_peers)
-            judged = _judge(p, peers, hist, drift.get(p.node, []), policy, level, ceiling, learned)
+            judged = _judge(p, peers, hist, drift.get(p.node, []), policy, level, ceiling)
             verdicts[p.node] = shadowed(judged, policy.shadow)
     if len(usable) < policy.min_peers:
         shared_reason = _small_allocation(verdicts, len(usable), peers, policy)

@@ -48,7 +48,7 @@ def usual_doubt(
     w_tags: Sequence[str],
     own: float | None,
     policy: VerdictPolicy,
-    learned: float | None = None,
+    ratio: float | None = None,
 ) -> str | None:
     """A finding that is only where the node usually reads among the round: the reason of
     a DEGRADED doubt (signal ``usual_place``, never a drain), else None. Only on a node
@@ -61,15 +61,13 @@ def usual_doubt(
     window (0.6x and OK in the full probe) with a 4-5x p99 from its throttle, 0.67-0.86x
     of its usual place, and was drained in 4 of 12 jobs.
 
-    The full probe spares only a seq-read peer finding of a node whose history puts it at or
-    above two gaps below its peers (``learned``: rules.learned_place, at or above
-    ``min_peer_drop`` squared, 0.25): issue 44 again, the prolog's full probe read the
-    throttled model at its own baseline while peers read 1.6x theirs (fewer nodes at once):
-    0.38x the peers, `SLOW_READ confirmed`, drained in 5 of 6 jobs. A node whose usual is
-    under a quarter of its peers' is no drive model but a fault its history learned. A
-    random-read fault, a tail past its usual ceiling, a write finding, a floor or its
-    history say more and are judged as ever. A node below half its place (a 1/20 reader:
-    0.05x) is not spared (rules.peer_outlier)."""
+    The full probe spares only a seq-read peer finding (``ratio``: its read / the round's
+    peer median) no more than two gaps below the peers (at or above ``min_peer_drop``
+    squared, 0.25x): issue 44 again, the prolog's full probe read the throttled model at
+    0.38x peers that read 1.6x their usual (fewer nodes at once), 0.62x its usual place,
+    and drained it in 5 of 6 jobs. A random-read fault, a tail past its usual ceiling, a
+    write finding, a floor or its history say more and are judged as ever. A node below
+    half its place (a 1/20 reader: 0.08x) is not spared (rules.peer_outlier)."""
     if own is None or own < policy.min_peer_drop or w_tags or not hard:
         return None
     where = (
@@ -85,12 +83,11 @@ def usual_doubt(
             "read's finding, the full probe decides"
         )
     floor = policy.min_peer_drop**2
-    if set(hard) != {"peer_read"} or learned is None or learned < floor:
+    if set(hard) != {"peer_read"} or ratio is None or ratio < floor:
         return None
     return (
-        f"but it reads {where} ({fmt_ratio(own)}x, >= {policy.min_peer_drop:g}), and its "
-        f"history puts it at {fmt_ratio(learned)}x its peers (>= {floor:g}): its own place, "
-        "not a drop; not drained"
+        f"but it reads {where} ({fmt_ratio(own)}x, >= {policy.min_peer_drop:g}) and above "
+        f"{floor:g}x its peers: its own place, not a drop; not drained"
     )
 
 
