@@ -185,21 +185,11 @@ def _judge(
         own_place=own_place(bw, history, history_level) if history_level is not None else None,
     )
     hard = [t for t in r_tags if t not in SOFT_TAGS]
-    ratio = bw / peers.read.median if peers.read else None
-    if (doubt := usual_doubt(hard, w_tags, figures.own_place, policy, ratio)) is not None:
+    if (doubt := usual_doubt(hard, w_tags, figures.own_place, policy)) is not None:
         usual = at_usual_place(figures.own_place, policy)
-        own = figures.own_place or 0.0
-        only_place = not problems and set(r_tags) <= {"peer_read"}
-        if usual and only_place and not policy.short_read:
-            # The full probe: the peer finding is where this node reads among them.
-            return replace(
-                figures,
-                reason=f"{r_why[0]}, within its usual place among its peers ({fmt_ratio(own)}x)",
-                signals=(),
-                baseline=True,
-            )
-        if usual and only_place and ceiling is not None:
+        if usual and ceiling is not None and not problems and set(r_tags) <= {"peer_read"}:
             # Its place and its tail learned under this very recipe: as usual for it.
+            own = figures.own_place or 0.0
             return replace(
                 figures,
                 reason=f"within its usual place among its peers ({fmt_ratio(own)}x) and tail",

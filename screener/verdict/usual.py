@@ -44,50 +44,29 @@ RELATIVE_TAGS = frozenset({"peer_read", "peer_tail", "slow_ios", "peer_rand", "s
 
 
 def usual_doubt(
-    hard: Sequence[str],
-    w_tags: Sequence[str],
-    own: float | None,
-    policy: VerdictPolicy,
-    ratio: float | None = None,
+    hard: Sequence[str], w_tags: Sequence[str], own: float | None, policy: VerdictPolicy
 ) -> str | None:
-    """A finding that is only where the node usually reads among the round: the reason of
-    a DEGRADED doubt (signal ``usual_place``, never a drain), else None. Only on a node
-    within the peer gap of its usual place (``own``, ``rules.own_place``, at or above
-    ``min_peer_drop``): the gap on its own yardstick.
-
-    A short read (``policy.short_read``: the prolog's triage and its re-probe) whose only
-    hard findings are peer-relative (``RELATIVE_TAGS``) is the full probe's to decide.
-    Issue 44: on an unpaced fleet a healthy slower model read 0.35-0.50x in the triage's QD8
-    window (0.6x and OK in the full probe) with a 4-5x p99 from its throttle, 0.67-0.86x
-    of its usual place, and was drained in 4 of 12 jobs.
-
-    The full probe spares only a seq-read peer finding (``ratio``: its read / the round's
-    peer median) no more than two gaps below the peers (at or above ``min_peer_drop``
-    squared, 0.25x): issue 44 again, the prolog's full probe read the throttled model at
-    0.38x peers that read 1.6x their usual (fewer nodes at once), 0.62x its usual place,
-    and drained it in 5 of 6 jobs. A random-read fault, a tail past its usual ceiling, a
-    write finding, a floor or its history say more and are judged as ever. A node below
-    half its place (a 1/20 reader: 0.08x) is not spared (rules.peer_outlier)."""
-    if own is None or own < policy.min_peer_drop or w_tags or not hard:
+    """A short read (``policy.short_read``: the prolog's triage and its re-probe) whose only
+    hard findings are peer-relative (``RELATIVE_TAGS``), on a node within the peer gap of its
+    usual place among the round (``own``, ``rules.own_place``, at or above ``min_peer_drop``):
+    the reason of a DEGRADED doubt that the full probe decides, else None. Issue 44: on an
+    unpaced fleet a healthy slower model read 0.35-0.50x in the triage's QD8 window (0.6x
+    and OK in the full probe) with a 4-5x p99 from its throttle, 0.67-0.86x of its usual
+    place (peers read 1.45x faster than in the full recipe, it did not), and was drained in
+    4 of 12 jobs. A node below half its place (a 1/20 reader: 0.08x) is not spared: that is
+    the peer gap on its own yardstick (rules.peer_outlier)."""
+    if not policy.short_read or own is None or own < policy.min_peer_drop:
+        return None
+    if not hard or w_tags or not set(hard) <= RELATIVE_TAGS:
         return None
     where = (
         "at its usual place among its peers"
         if at_usual_place(own, policy)
         else "within the gap of its usual place among its peers"
     )
-    if policy.short_read:
-        if not set(hard) <= RELATIVE_TAGS:
-            return None
-        return (
-            f"but it reads {where} ({fmt_ratio(own)}x, >= {policy.min_peer_drop:g}): a short "
-            "read's finding, the full probe decides"
-        )
-    floor = policy.min_peer_drop**2
-    if set(hard) != {"peer_read"} or ratio is None or ratio < floor:
-        return None
     return (
-        f"but it reads {where} ({fmt_ratio(own)}x, >= {policy.min_peer_drop:g}) and above "
-        f"{floor:g}x its peers: its own place, not a drop; not drained"
+        f"but it reads {where} ({fmt_ratio(own)}x, >= {policy.min_peer_drop:g}): a short "
+        "read's finding, the full probe decides"
     )
 
 
