@@ -588,13 +588,9 @@ def serve(path: str) -> _Request | None:
     stamp = _fingerprint()
     env_at_start = dict(os.environ)
     watched = read_at_import | {k for k in env_at_start if _startup_var(k)}
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    old = os.umask(0o177)
-    try:
-        listener.bind(path)
-    finally:
-        os.umask(old)
-    listener.listen(64)
+    from screener.hook_server.server import bind  # hookd's: mode 0600, a stale file replaced
+
+    listener = bind(path)
     pid = os.getpid()
     _log(f"pid {pid} serving {path}; watched variables: {' '.join(sorted(watched))}")
     if missing:
