@@ -231,6 +231,43 @@ def first_line(fd: int) -> bytes:
     return got
 
 
+@contextlib.contextmanager
+def serving_exporter(how: str, env: dict[str, str]) -> Iterator[tuple[int, Any]]:
+    """``screener exporter`` started forked or as a real process, once it says it serves:
+    (its pid, its wait(timeout)); killed and reaped on the way out."""
+    args = ["exporter", "--listen", f"127.0.0.1:{free_port()}"]
+    with contextlib.ExitStack() as stack:
+        read_end, write_end = os.pipe()
+        stack.callback(os.close, read_end)
+        try:
+            null = stack.enter_context(open(os.devnull, "rb"))
+            if how == "forked":
+                child = cli_fork.start(args, env=env, fds=(null.fileno(), write_end, 2))
+                assert child is not None
+                stack.enter_context(child)  # closed: the server kills what still runs
+                pid, wait = child.pid, child.wait
+            else:
+                proc = subprocess.Popen([*PREFIX, *args], env=env, stdin=null, stdout=write_end)
+                stack.callback(proc.wait)
+                stack.callback(proc.kill)  # first (a no-op once it ended), then wait
+                pid, wait = proc.pid, proc.wait
+        finally:
+            os.close(write_end)  # the child has it: EOF when the child is gone
+        assert first_line(read_end).startswith(b"serving http://127.0.0.1:")
+        yield pid, wait
+
+
+@contextlib.contextmanager
+def sigint(handler: Any) -> Iterator[None]:
+    """The caller's SIGINT disposition for a while: what its children inherit. pytest run
+    in the background of a script (`make test &`) has SIGINT ignored, a terminal's has not."""
+    old = signal.signal(signal.SIGINT, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
+
+
 @pytest.mark.parametrize(
     ("signum", "code"),
     [
@@ -245,29 +282,40 @@ def test_a_signal_ends_the_child_as_it_ends_a_real_process(
 ) -> None:
     env = base_env(store_url)
     results = []
-    for how in ("forked", "real"):
-        args = ["exporter", "--listen", f"127.0.0.1:{free_port()}"]
-        with contextlib.ExitStack() as stack:
-            read_end, write_end = os.pipe()
-            stack.callback(os.close, read_end)
-            try:
-                null = stack.enter_context(open(os.devnull, "rb"))
-                if how == "forked":
-                    child = cli_fork.start(args, env=env, fds=(null.fileno(), write_end, 2))
-                    assert child is not None
-                    stack.enter_context(child)  # closed: the server kills what still runs
-                    pid, wait = child.pid, child.wait
-                else:
-                    proc = subprocess.Popen([*PREFIX, *args], env=env, stdin=null, stdout=write_end)
-                    stack.callback(proc.wait)
-                    stack.callback(proc.kill)  # first (a no-op once it ended), then wait
-                    pid, wait = proc.pid, proc.wait
-            finally:
-                os.close(write_end)  # the child has it: EOF when the child is gone
-            assert first_line(read_end).startswith(b"serving http://127.0.0.1:")
-            os.kill(pid, signum)
-            results.append(wait(WAIT_S))
+    # as from a terminal: SIGINT not ignored, whatever the suite was started from
+    with sigint(signal.default_int_handler):
+        for how in ("forked", "real"):
+            with serving_exporter(how, env) as (pid, wait):
+                os.kill(pid, signum)
+                results.append(wait(WAIT_S))
     assert results == [code, code]
+
+
+def ignored_signals(pid: int) -> int:
+    """The SigIgn mask of a process, from /proc."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigIgn:"):
+            return int(line.split()[1], 16)
+    raise AssertionError(f"no SigIgn in /proc/{pid}/status")
+
+
+@pytest.mark.parametrize(
+    "handler", [signal.SIG_IGN, signal.default_int_handler], ids=["ignored", "python"]
+)
+def test_the_callers_ignored_sigint_is_the_childs_as_for_a_real_process(
+    forked_only: None, store_url: str, handler: Any
+) -> None:
+    env = base_env(store_url)
+    masks = []
+    with sigint(handler):
+        for how in ("forked", "real"):
+            with serving_exporter(how, env) as (pid, wait):
+                masks.append(ignored_signals(pid))
+                os.kill(pid, signal.SIGTERM)  # the exporter's clean stop, either way
+                assert wait(WAIT_S) == 0
+    assert masks[0] == masks[1]
+    sigint_bit = 1 << (signal.SIGINT - 1)
+    assert bool(masks[0] & sigint_bit) == (handler is signal.SIG_IGN)
 
 
 def test_a_call_whose_startup_environment_differs_runs_as_a_real_process(
