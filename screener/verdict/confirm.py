@@ -15,8 +15,9 @@ SLOW = (Status.SLOW_READ, Status.SLOW_WRITE)
 SHARED_CAUSE_TAG = "shared_cause"
 # Signal of a suspect whose re-probe passed the rules but still read below the borderline
 BORDERLINE_TAG = "borderline"
-# Signal of a short read's peer-relative finding on a node at its usual place among the
-# round (verdict.judge.usual_doubt): DEGRADED, not re-probed, the full probe decides.
+# Signal of a peer finding on a node within the gap of its usual place among the round
+# (verdict.usual.usual_doubt): DEGRADED, never drained; after a short read the full probe
+# decides.
 USUAL_PLACE_TAG = "usual_place"
 
 

@@ -40,6 +40,7 @@ from screener.verdict.rules import (
     history_level,
     history_ratios,
     history_reason,
+    learned_place,
     own_place,
     peer_reason,
     peer_stats,
@@ -49,9 +50,10 @@ from screener.verdict.rules import (
     read_stall,
     tail_signals,
     tail_stats,
+    usual_levels,
 )
 from screener.verdict.shadow import shadowed
-from screener.verdict.usual import at_usual_place, tail_ceilings, usual_doubt
+from screener.verdict.usual import at_usual_place, falling, tail_ceilings, usual_doubt
 
 __all__ = ["MIN_HISTORY", "SLOW", "confirm", "evaluate", "fact_drift", "fact_problems"]
 __all__ += ["is_suspect", "judge_round2", "peer_stats", "references", "suspects"]
@@ -156,10 +158,12 @@ def _judge(
     policy: VerdictPolicy,
     history_level: float | None = None,
     ceiling: tuple[float, float] | None = None,
+    learned: float | None = None,
 ) -> Verdict:
     """Verdict for one usable node given the round's peer statistics (``history_level``:
     the round's typical read / own history, see rules.history_level; ``ceiling``: where
-    its tail usually sits under this recipe, tail_ceilings, None when not known)."""
+    its tail usually sits under this recipe, tail_ceilings, None when not known;
+    ``learned``: where its history puts it among the round, rules.learned_place)."""
     assert p.seq_read is not None
     r_tags, r_why = _read_signals(p, peers, history, policy, history_level, ceiling)
     w_tags, w_why = _write_signals(p, peers, policy)
@@ -185,11 +189,21 @@ def _judge(
         own_place=own_place(bw, history, history_level) if history_level is not None else None,
     )
     hard = [t for t in r_tags if t not in SOFT_TAGS]
-    if (doubt := usual_doubt(hard, w_tags, figures.own_place, policy)) is not None:
+    fall = not policy.short_read and falling(history, bw)
+    if (doubt := usual_doubt(hard, w_tags, figures.own_place, policy, learned, fall)) is not None:
         usual = at_usual_place(figures.own_place, policy)
-        if usual and ceiling is not None and not problems and set(r_tags) <= {"peer_read"}:
+        own = figures.own_place or 0.0
+        only_place = not problems and set(r_tags) <= {"peer_read"}
+        if usual and only_place and not policy.short_read:
+            # The full probe: the peer finding is where this node reads among them.
+            return replace(
+                figures,
+                reason=f"{r_why[0]}, within its usual place among its peers ({fmt_ratio(own)}x)",
+                signals=(),
+                baseline=True,
+            )
+        if usual and only_place and ceiling is not None:
             # Its place and its tail learned under this very recipe: as usual for it.
-            own = figures.own_place or 0.0
             return replace(
                 figures,
                 reason=f"within its usual place among its peers ({fmt_ratio(own)}x) and tail",
@@ -311,6 +325,7 @@ def evaluate(
     reads = {p.node: p.seq_read.bw_bytes for p in usable if p.seq_read}
     ratios = history_ratios(reads, history)
     level = history_level(ratios, policy.min_peers)
+    levels = usual_levels(history, list(reads))
     verdicts: dict[str, Verdict] = {}
     for p in probes:
         if not p.usable:
@@ -318,7 +333,8 @@ def evaluate(
         else:
             hist = history.get(p.node, ())
             ceiling = ceilings.get(p.node)
-            judged = _judge(p, peers, hist, drift.get(p.node, []), policy, level, ceiling)
+            learned = learned_place(p.node, levels, policy.min_peers)
+            judged = _judge(p, peers, hist, drift.get(p.node, []), policy, level, ceiling, learned)
             verdicts[p.node] = shadowed(judged, policy.shadow)
     if len(usable) < policy.min_peers:
         shared_reason = _small_allocation(verdicts, len(usable), peers, policy)

@@ -244,11 +244,33 @@ def peer_reason(
 
 def own_place(bw: float, history: Sequence[float], level: float | None) -> float | None:
     """Seq read / its own history median, over the round's typical such ratio (``level``,
-    1 when unknown): where the node reads against its usual place among the round. None
-    without ``MIN_HISTORY`` past baselines."""
+    taken only when the round reads below its history, as in history_reason): where the
+    node reads against its usual place among the round. A round reading faster than its
+    history does not move the node's place: a node is not blamed for the others' speed-up
+    (issue 44: unthrottled peers read 1.6-2.7x their history when fewer shared the host; the
+    throttled model read its own, 1.0x). None without ``MIN_HISTORY`` past baselines."""
     if len(history) < MIN_HISTORY or (own := statistics.median(history)) <= 0:
         return None
-    return bw / own / (level if level is not None and level > 0 else 1.0)
+    return bw / own / (min(level, 1.0) if level is not None and level > 0 else 1.0)
+
+
+def usual_levels(history: Mapping[str, Sequence[float]], nodes: Sequence[str]) -> dict[str, float]:
+    """Per node of ``nodes`` with ``MIN_HISTORY`` past baselines: its usual level (their
+    median)."""
+    return {
+        n: statistics.median(past)
+        for n in nodes
+        if len(past := history.get(n, ())) >= MIN_HISTORY and statistics.median(past) > 0
+    }
+
+
+def learned_place(node: str, levels: Mapping[str, float], min_nodes: int) -> float | None:
+    """The node's usual level over the median of the round's usual levels (``usual_levels``,
+    at least ``min_nodes`` of them): where its history says it reads among these peers,
+    whatever the round reads today. None without enough history."""
+    if node not in levels or len(levels) < min_nodes:
+        return None
+    return levels[node] / statistics.median(levels.values())
 
 
 def ratio_crowd(ratios: Sequence[float], policy: VerdictPolicy) -> bool:

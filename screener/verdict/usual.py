@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime, timedelta
 
 from screener.policy import VerdictPolicy
 from screener.probe_data import NodeProbe
 from screener.verdict.rules import MIN_HISTORY, borderline_level, fmt_ratio
+from screener.verdict.trend import Point, fit
 
 
 def tail_ceilings(
@@ -44,29 +46,56 @@ RELATIVE_TAGS = frozenset({"peer_read", "peer_tail", "slow_ios", "peer_rand", "s
 
 
 def usual_doubt(
-    hard: Sequence[str], w_tags: Sequence[str], own: float | None, policy: VerdictPolicy
+    hard: Sequence[str],
+    w_tags: Sequence[str],
+    own: float | None,
+    policy: VerdictPolicy,
+    learned: float | None = None,
+    falling: bool = False,
 ) -> str | None:
-    """A short read (``policy.short_read``: the prolog's triage and its re-probe) whose only
-    hard findings are peer-relative (``RELATIVE_TAGS``), on a node within the peer gap of its
-    usual place among the round (``own``, ``rules.own_place``, at or above ``min_peer_drop``):
-    the reason of a DEGRADED doubt that the full probe decides, else None. Issue 44: on an
-    unpaced fleet a healthy slower model read 0.35-0.50x in the triage's QD8 window (0.6x
-    and OK in the full probe) with a 4-5x p99 from its throttle, 0.67-0.86x of its usual
-    place (peers read 1.45x faster than in the full recipe, it did not), and was drained in
-    4 of 12 jobs. A node below half its place (a 1/20 reader: 0.08x) is not spared: that is
-    the peer gap on its own yardstick (rules.peer_outlier)."""
-    if not policy.short_read or own is None or own < policy.min_peer_drop:
-        return None
-    if not hard or w_tags or not set(hard) <= RELATIVE_TAGS:
+    """A finding that is only where the node usually reads among the round: the reason of
+    a DEGRADED doubt (signal ``usual_place``, never a drain), else None. Only on a node
+    within the peer gap of its usual place (``own``, ``rules.own_place``, at or above
+    ``min_peer_drop``): the gap on its own yardstick.
+
+    A short read (``policy.short_read``: the prolog's triage and its re-probe) whose only
+    hard findings are peer-relative (``RELATIVE_TAGS``) is the full probe's to decide.
+    Issue 44: on an unpaced fleet a healthy slower model read 0.35-0.50x in the triage's QD8
+    window (0.6x and OK in the full probe) with a 4-5x p99 from its throttle, 0.67-0.86x
+    of its usual place, and was drained in 4 of 12 jobs.
+
+    The full probe spares only a seq-read peer finding of a node whose history puts it at or
+    above two gaps below its peers (``learned``: rules.learned_place, at or above
+    ``min_peer_drop`` squared, 0.25): issue 44 again, the prolog's full probe read the
+    throttled model at its own baseline while peers read 1.6x theirs (fewer nodes at once):
+    0.38x the peers, `SLOW_READ confirmed`, drained in 5 of 6 jobs. A node whose usual is
+    under a quarter of its peers' is no drive model but a fault its history learned. A
+    random-read fault, a tail past its usual ceiling, a write finding, a floor or its
+    history say more and are judged as ever. A node below half its place (a 1/20 reader:
+    0.05x) is not spared (rules.peer_outlier), nor one whose baselines are ``falling``
+    (``falling``): a node that creeps down learns each step as its place, and sparing it
+    at its place let one reach 0.45x its peers before it was SLOW (test_trend_cluster)."""
+    if own is None or own < policy.min_peer_drop or w_tags or not hard:
         return None
     where = (
         "at its usual place among its peers"
         if at_usual_place(own, policy)
         else "within the gap of its usual place among its peers"
     )
+    if policy.short_read:
+        if not set(hard) <= RELATIVE_TAGS:
+            return None
+        return (
+            f"but it reads {where} ({fmt_ratio(own)}x, >= {policy.min_peer_drop:g}): a short "
+            "read's finding, the full probe decides"
+        )
+    floor = policy.min_peer_drop**2
+    if set(hard) != {"peer_read"} or learned is None or learned < floor or falling:
+        return None
     return (
-        f"but it reads {where} ({fmt_ratio(own)}x, >= {policy.min_peer_drop:g}): a short "
-        "read's finding, the full probe decides"
+        f"but it reads {where} ({fmt_ratio(own)}x, >= {policy.min_peer_drop:g}), and its "
+        f"history puts it at {fmt_ratio(learned)}x its peers (>= {floor:g}): its own place, "
+        "not a drop; not drained"
     )
 
 
@@ -74,3 +103,23 @@ def at_usual_place(own: float | None, policy: VerdictPolicy) -> bool:
     """At or above ``borderline_level`` (0.71) of its usual place: where it always reads.
     Only such figures are its history (a node part-way down is not learned as usual)."""
     return own is not None and own >= borderline_level(policy)
+
+
+# Kendall's band of the falling() fit (two-sided): the whole band below zero is a fall at
+# one-sided 95 %, which six baselines each lower than the last (0.92x a sweep) reach.
+FALL_CONFIDENCE = 0.9
+_EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
+
+
+def falling(history: Sequence[float], bw: float) -> bool:
+    """Whether the node's baseline seq reads (``history``, newest first, as the store gives
+    them) and this one (``bw``) fall steadily: the Theil-Sen band of their log, one step
+    per baseline (verdict.trend.fit), wholly below zero. Its place is then no place: a
+    drive on its way down learns each step as usual, and is judged by the peer rule as
+    any node (usual_doubt). Noise (a round 2x faster or slower) does not make a fall."""
+    series = [*reversed(history), bw]
+    if len(series) < MIN_HISTORY + 1 or min(series) <= 0:
+        return False
+    points = [Point(_EPOCH + timedelta(days=i), v) for i, v in enumerate(series)]
+    band = fit(points, FALL_CONFIDENCE)
+    return band is not None and band.high < 0
