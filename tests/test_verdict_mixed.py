@@ -477,6 +477,9 @@ def test_a_node_creeping_down_is_not_spared_at_its_own_place() -> None:
         ([610, 480, 700, 520, 650], 455, False),  # a 1.5x-noisy level: no steady fall
         ([470] * 5, 470, False),  # flat (ties)
         ([470 * 0.92**k for k in range(1, 6)], 470, False),  # rising
+        ([846, 848, 849], 841, False),  # a throttled drive to 1 %: a fall of nothing
+        ([470 / 0.97**k for k in range(1, 6)], 470, True),  # 0.97x a baseline: 14 % over 6
+        ([470 / 0.985**k for k in range(1, 6)], 470, False),  # 0.985x: 7 %, not yet
     ],
 )
 def test_falling_is_a_steady_fall_of_the_baselines(

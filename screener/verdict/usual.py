@@ -5,6 +5,7 @@ are learned under the triage's own recipe it reads as usual, and no full probe i
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
@@ -106,15 +107,21 @@ def at_usual_place(own: float | None, policy: VerdictPolicy) -> bool:
 
 
 # Kendall's band of the falling() fit (two-sided): the whole band below zero is a fall at
-# one-sided 95 %, which six baselines each lower than the last (0.92x a sweep) reach.
+# one-sided 95 %, which four baselines each lower than the last (0.92x a sweep) reach.
 FALL_CONFIDENCE = 0.9
+# ... and a fall that matters: the fitted slope loses at least this share over the series.
+# A throttled drive reads the same to 1 % in every round; four such readings in falling
+# order (849, 848, 846, 841 MB/s) are a significant slope of nothing, and kept the mixed
+# fleet's slower model from its place in 6 of 6 history screens (2026-12-03).
+FALL_MIN_SHARE = 0.1
 _EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
 
 
 def falling(history: Sequence[float], bw: float) -> bool:
     """Whether the node's baseline seq reads (``history``, newest first, as the store gives
     them) and this one (``bw``) fall steadily: the Theil-Sen band of their log, one step
-    per baseline (verdict.trend.fit), wholly below zero. Its place is then no place: a
+    per baseline (verdict.trend.fit), wholly below zero, and the fitted fall over them at
+    least ``FALL_MIN_SHARE``. Its place is then no place: a
     drive on its way down learns each step as usual, and is judged by the peer rule as
     any node (usual_doubt). Noise (a round 2x faster or slower) does not make a fall."""
     series = [*reversed(history), bw]
@@ -122,4 +129,6 @@ def falling(history: Sequence[float], bw: float) -> bool:
         return False
     points = [Point(_EPOCH + timedelta(days=i), v) for i, v in enumerate(series)]
     band = fit(points, FALL_CONFIDENCE)
-    return band is not None and band.high < 0
+    if band is None or band.high >= 0:
+        return False
+    return math.exp(band.slope * (len(series) - 1)) <= 1 - FALL_MIN_SHARE
