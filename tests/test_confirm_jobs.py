@@ -134,13 +134,15 @@ SLOW_BOTH = ("peer_read", "peer_rand", "peer_tail")
         (15.0, 3_600.0, SLOW_BOTH, 8, False, True),  # the bench's 1/20 reader
         (30.0, 7_300.0, SLOW_BOTH, 4, False, True),  # exactly 0.1x both, min_peers nodes
         (31.0, 3_600.0, SLOW_BOTH, 8, False, False),  # the seq read above 0.1x
-        (15.0, 7_400.0, SLOW_BOTH, 8, False, False),  # the random read above 0.1x
+        (15.0, 13_100.0, SLOW_BOTH, 8, False, True),  # 4k at 0.18x: the paced bench's 1/20
+        (15.0, 18_250.0, SLOW_BOTH, 8, False, True),  # 4k at 0.25x: its rule's gap (rand_peer_drop)
+        (15.0, 18_300.0, SLOW_BOTH, 8, False, False),  # the random read above its gap
         (15.0, 3_600.0, ("peer_read", "abs_rand"), 8, False, False),  # not both peer rules
         (15.0, 3_600.0, SLOW_BOTH, 3, False, False),  # fewer than min_peers usable nodes
         (15.0, 3_600.0, SLOW_BOTH, 8, True, False),  # a shared cause: re-probe
     ],
 )
-def test_decisive_needs_both_read_windows_far_below_real_peers(
+def test_decisive_needs_the_seq_read_far_below_and_the_rand_read_below_its_gap(
     read: float, iops: float, signals: tuple[str, ...], usable: int, shared: bool, want: bool
 ) -> None:
     s = round1(
@@ -209,6 +211,6 @@ def test_decided_confirms_the_chosen_nodes_and_says_why() -> None:
     assert list(sure) == ["n1"]
     out = {v.node: v for v in decided(s, sure).verdicts}
     assert out["n1"].confirmed and out["n1"].reason.endswith(
-        "[decisive in round 1: seq read and 4k rand read both <= 0.1x the peer medians]"
+        "[decisive in round 1: seq read <= 0.1x and 4k rand read 0.05x the peer medians]"
     )
     assert not out["n2"].confirmed and out["n2"].reason == s.verdicts[1].reason
