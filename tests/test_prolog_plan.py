@@ -376,6 +376,45 @@ def test_no_second_look_without_budget_for_it_and_the_full_probe_nor_after_a_ful
     assert usual_lines(summary(usual), FULL, ON) == []  # the full probe decided it
 
 
+def _at_place(node: str, own: float, *signals: str) -> Verdict:
+    """A triage's short-read finding at (``own``) the node's usual place: the mixed
+    fleet's slower model as a fresh reference (bench/time_to_start.py, 2026-12-03:
+    `node05: DEGRADED seq read 513 MB/s = 0.22x round-2 peer median 2,296 MB/s ... but it
+    reads at its usual place among its peers (1.05x, >= 0.5)`)."""
+    tags = signals or ("peer_read", "peer_tail", "usual_place")
+    return Verdict(
+        node, Status.DEGRADED, "short read", 90.0, signals=tags, peer_read_mb_s=300.0,
+        own_place=own,
+    )  # fmt: skip
+
+
+def test_a_fresh_reference_at_its_usual_place_is_not_escalated() -> None:
+    """It passed within fresh_s and was triaged only as a yardstick for a new node: a short
+    read's finding at its usual place costs it no full probe (18.8 s of a 28-30 s start on
+    the mixed fleet); below its place, with another finding, or not fresh, it is escalated."""
+    job = known(NODES[1:], stale=["node01"])  # node01 unfresh: the 4 freshest its references
+    o = opening(NODES, job, ON)
+    first = first_screen(o.probe, job, len(NODES), ON, ROOM)
+    assert first.stage == "triage" and first.fresh == ("node08", "node07", "node06", "node05")
+    s = summary(ok("node01"), ok("node08"), ok("node07"), ok("node06"), _at_place("node05", 1.05))
+    assert after_screen(s, (), first, [], ON) is None
+    assert usual_lines(s, first, ON) == [
+        "node05: fresh reference, triage read 0.30x peers, its usual place 1.05x (>= 0.71):"
+        " a short read's finding on a node that passed within 3600s, not escalated"
+    ]
+    for v, why in (
+        (_at_place("node05", 0.66), "triage DEGRADED (peer_read, peer_tail, usual_place)"),
+        (_at_place("node05", 1.05, "peer_read", "usual_place", "abs_read"), "abs_read"),
+    ):
+        d = after_screen(replace(s, verdicts=(*s.verdicts[:4], v)), (), first, [], ON)
+        assert d is not None and d.nodes == ("node05",) and why in d.why[0], d
+    unfresh = replace(first, fresh=())  # node01, the node the triage is for: escalated
+    d = after_screen(s, (), unfresh, [], ON)
+    assert d is not None and d.nodes == ("node05",)
+    no_store = first_screen(o.probe, Known.nothing(NOW), len(NODES), ON, ROOM)
+    assert no_store.fresh == ()
+
+
 # ---- the escalation and the exit code -----------------------------------------------------
 
 

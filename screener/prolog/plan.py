@@ -146,6 +146,9 @@ class Screen:
     history_also: tuple[ProbePolicy, ...] = ()
     lines: tuple[str, ...] = ()
     looks_at: Doubt | None = None
+    # a triage's nodes that passed within fresh_s (its fresh references): not escalated for
+    # a short read's finding at their usual place (triage.fresh_as_usual)
+    fresh: tuple[str, ...] = ()
 
     @property
     def run_info(self) -> dict[str, object] | None:
@@ -235,7 +238,18 @@ def first_screen(
         return Screen(tuple(probe), policy, "", lines=lines)
     # a triage compares a node it has no history of with the full probe's seq reads
     also = (policy.probe,)
-    return Screen(tuple(tri), triage.triage_policy(policy), "triage", tuple(held), also, lines)
+    fresh: list[str] = []
+    if known.stored:
+        fresh, _ = fast_path(tri, known.last_pass, known.flaky, known.at, policy.prolog.fresh_s)
+    return Screen(
+        tuple(tri),
+        triage.triage_policy(policy),
+        "triage",
+        tuple(held),
+        also,
+        lines,
+        fresh=tuple(fresh),
+    )
 
 
 def after_screen(
@@ -258,6 +272,8 @@ def after_screen(
         held = list(screen.held)
         also = [*held, *(n for n in failed_beside if n not in held)]
         said = triage.ambiguity(summary, policy, reprobed)  # once: the nodes and their why
+        for n in triage.fresh_as_usual(summary, screen.fresh, policy):
+            said.pop(n, None)  # a fresh reference reading as usual: not escalated
         doubt, refs = triage.with_references(summary, policy, triage.in_doubt(list(said), also))
         look = triage.second_looks(summary, list(said))
         said.update({n: "held back from the triage" for n in held if n not in said})
@@ -294,7 +310,10 @@ def usual_lines(summary: RunSummary, screen: Screen, policy: Policy) -> list[str
     (triage.as_usual), so the log says why it was not escalated."""
     if screen.stage not in ("triage", "second_look"):
         return []
-    return triage.as_usual(summary, policy, _STAGE_WORDS[screen.stage])
+    lines = triage.as_usual(summary, policy, _STAGE_WORDS[screen.stage])
+    if screen.stage == "triage":
+        lines += triage.fresh_as_usual(summary, screen.fresh, policy).values()
+    return lines
 
 
 # How a log line names each screen of a prolog.

@@ -21,8 +21,9 @@ from dataclasses import replace
 from screener.policy import Policy
 from screener.probe.fio import policy_jobs, probe_duration_s
 from screener.probe_data import RunSummary, Status, Verdict
-from screener.verdict.confirm import NOT_SUSPECT_TAGS, references
+from screener.verdict.confirm import NOT_SUSPECT_TAGS, USUAL_PLACE_TAG, references
 from screener.verdict.rules import borderline_level
+from screener.verdict.usual import RELATIVE_TAGS
 
 
 def triage_policy(policy: Policy) -> Policy:
@@ -196,6 +197,33 @@ def as_usual(summary: RunSummary, policy: Policy, label: str = "triage") -> list
         and usual(v, level)
         and v.own_place
     ]
+
+
+def fresh_as_usual(summary: RunSummary, fresh: Sequence[str], policy: Policy) -> dict[str, str]:
+    """The triage's fresh references (``fresh``: passed within ``fresh_s``, triaged only as
+    yardsticks) whose only finding is a short read's, at their usual place among their
+    peers (``usual_place`` at or above the borderline level): each with the line that says
+    why it is not escalated. Off the triage they would have taken the fast path; issue 44:
+    a slower model triaged as a reference of one new node, beside four faster ones, read
+    0.30x in the round (1.05x its usual place) and paid an 18.8 s full probe, 23 s of a
+    28-30 s start (bench/time_to_start.py, mixed fleet, 2026-12-03). One below its usual
+    place, or with any other finding, is escalated as any node."""
+    level = borderline_level(policy.verdict)
+    allowed = RELATIVE_TAGS | {USUAL_PLACE_TAG}
+    out: dict[str, str] = {}
+    for v in summary.verdicts:
+        if v.node not in fresh or v.status != Status.DEGRADED or USUAL_PLACE_TAG not in v.signals:
+            continue
+        if not set(v.signals) <= allowed or not usual(v, level) or not v.own_place:
+            continue
+        place = _place(v)
+        read = f"read {place:.2f}x peers, " if place is not None else ""
+        out[v.node] = (
+            f"{v.node}: fresh reference, triage {read}its usual place {v.own_place:.2f}x"
+            f" (>= {level:.2f}): a short read's finding on a node that passed within"
+            f" {policy.prolog.fresh_s:g}s, not escalated"
+        )
+    return out
 
 
 def second_looks(summary: RunSummary, doubt: Sequence[str]) -> list[str]:
