@@ -413,6 +413,16 @@ def test_a_fresh_reference_at_its_usual_place_is_not_escalated() -> None:
     assert d is not None and d.nodes == ("node05",)
     no_store = first_screen(o.probe, Known.nothing(NOW), len(NODES), ON, ROOM)
     assert no_store.fresh == ()
+    # every node fresh, node05's sentinel failed: it is triaged as a suspect, not a reference
+    c = after_sentinels(
+        [sentinel(n, n != "node05", 100.0 if n == "node05" else 300.0) for n in NODES],
+        known(NODES), len(NODES), ON,
+    )  # fmt: skip
+    assert c.failed == ("node05",) and "node05" in c.probe
+    tri = first_screen(c.probe, known(NODES), len(NODES), ON, ROOM, c.failed)
+    assert tri.stage == "triage" and "node05" not in tri.fresh and tri.fresh
+    d = after_screen(s, (), replace(first, fresh=tri.fresh), [], ON)
+    assert d is not None and d.nodes == ("node05",)  # escalated as any node
 
 
 # ---- the escalation and the exit code -----------------------------------------------------

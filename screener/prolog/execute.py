@@ -100,9 +100,11 @@ def run(ctx: Context) -> int:
     ctx.say(opening.lines)
     fast, probe, iostat_started = opening.fast, opening.probe, False
     earlier: Mapping[str, float] = {}  # what failed sentinels read: round 1 may decide
+    failed: tuple[str, ...] = ()  # fresh, but their sentinel failed: no references
     if opening.sentinels and not opening.beside:  # every node fresh: sentinels first
         checked, iostat_started = _sentinels_first(ctx, known, opening.sentinels)
         fast, probe, earlier = checked.fast, checked.probe, checked.earlier
+        failed = checked.failed
     if fast is not None:
         _fast_path(ctx, fast)
     if not probe:
@@ -110,7 +112,7 @@ def run(ctx: Context) -> int:
             _iostat_now_or_later(ctx)
         return 0
     beside = _sentinels_beside(ctx, opening.sentinels) if opening.beside else None
-    first = plan.first_screen(probe, known, len(ctx.job.nodes), ctx.policy, ctx.left())
+    first = plan.first_screen(probe, known, len(ctx.job.nodes), ctx.policy, ctx.left(), failed)
     ctx.say(first.lines)
     screened = _screen(ctx, first, beside, earlier)
     if beside is not None:

@@ -121,13 +121,15 @@ class Checked:
     """What a round of sentinels decided: ``fast`` joins (their readings as notes), ``probe``
     is screened (the failed and, every node fresh, references), ``earlier``: what each
     failed sentinel read against its usual. ``said``: one line per failed node, logged
-    before its dd readings are stored; ``lines`` after."""
+    before its dd readings are stored; ``lines`` after. ``failed``: the nodes whose
+    sentinel failed (fresh, but no longer references: first_screen's ``failed``)."""
 
     fast: FastPath | None
     probe: tuple[str, ...]
     earlier: Mapping[str, float]
     said: tuple[str, ...]
     lines: tuple[str, ...] = ()
+    failed: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -206,7 +208,7 @@ def after_sentinels(
     if failed:  # a triage of too few nodes gets references: the steadiest passes
         skip, probe, lines = _with_references(steadiest(results), failed, allocated, policy)
     fast = _fast_path(skip, known, notes, policy) if skip else None
-    return Checked(fast, tuple(probe), sentinel_ratios(results), said, lines)
+    return Checked(fast, tuple(probe), sentinel_ratios(results), said, lines, tuple(failed))
 
 
 def after_beside(results: Sequence[SentinelResult], known: Known, policy: Policy) -> Checked:
@@ -218,11 +220,18 @@ def after_beside(results: Sequence[SentinelResult], known: Known, policy: Policy
 
 
 def first_screen(
-    probe: Sequence[str], known: Known, allocated: int, policy: Policy, left_s: float
+    probe: Sequence[str],
+    known: Known,
+    allocated: int,
+    policy: Policy,
+    left_s: float,
+    failed: Sequence[str] = (),
 ) -> Screen:
     """The triage of ``probe`` (triage.plan: some held back for the full probe after it), or
     the full probe at once; ``left_s``: the budget left now. With a store, a node it holds
-    no full verdict of gets the full probe first."""
+    no full verdict of gets the full probe first. The triage's fresh nodes (``fresh``: its
+    fresh references) are those that passed within ``fresh_s``, less those whose sentinel
+    just ``failed``: a failed sentinel is a first window, never a yardstick's noise."""
     unseen = {n for n in probe if n not in known.statuses} if known.stored else set()
     tri, held, why = triage.plan(
         probe, allocated, known.statuses, known.flaky, policy, left_s, unseen
@@ -240,7 +249,8 @@ def first_screen(
     also = (policy.probe,)
     fresh: list[str] = []
     if known.stored:
-        fresh, _ = fast_path(tri, known.last_pass, known.flaky, known.at, policy.prolog.fresh_s)
+        passed, _ = fast_path(tri, known.last_pass, known.flaky, known.at, policy.prolog.fresh_s)
+        fresh = [n for n in passed if n not in failed]
     return Screen(
         tuple(tri),
         triage.triage_policy(policy),
