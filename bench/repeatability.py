@@ -422,7 +422,7 @@ def main() -> int:
                 median = statistics.median(n["read_mb_s"] for n in calib["nodes"]) * 1e6
                 wmedian = statistics.median(n["write_mb_s"] for n in calib["nodes"]) * 1e6
                 slower_at = (median, wmedian)
-                first_median = None
+                remeasured = False  # mixed: the pair set from the rest measured beside it
                 if fleet in ("mixed", "paced_mixed"):  # the slower model: 0.6x the median
                     set_slower(cluster, base, median, wmedian)
                 if fleet == "mixed":
@@ -436,7 +436,7 @@ def main() -> int:
                         for n in again["nodes"]
                         if cluster.nodes.index(n["node"]) not in MIXED_SLOWER
                     ]
-                    first_median = round(median / 1e6)
+                    remeasured = True
                     slower_at = (
                         statistics.median(n["read_mb_s"] for n in rest) * 1e6,
                         statistics.median(n["write_mb_s"] for n in rest) * 1e6,
@@ -451,7 +451,7 @@ def main() -> int:
                     + (
                         f" of the rest's {slower_at[0] / 1e6:,.0f} MB/s (measured with them"
                         " throttled)"
-                        if first_median is not None
+                        if remeasured
                         else ""
                     ),
                     flush=True,
@@ -475,7 +475,7 @@ def main() -> int:
                     # mixed: the rest's median with the slower model throttled (its 0.6x of
                     # that), after the first calibration's median (all unthrottled)
                     "rest_median_with_slower_mb_s": round(slower_at[0] / 1e6)
-                    if first_median is not None
+                    if remeasured
                     else None,
                 }
             for name in chosen:

@@ -189,7 +189,8 @@ def _judge(
         own_place=own_place(bw, history, history_level) if history_level is not None else None,
     )
     hard = [t for t in r_tags if t not in SOFT_TAGS]
-    fall = not policy.short_read and falling(history, bw)
+    # only where usual_doubt would spare a lone seq-read peer finding (not per node)
+    fall = not policy.short_read and set(hard) == {"peer_read"} and falling(history, bw)
     if (doubt := usual_doubt(hard, w_tags, figures.own_place, policy, learned, fall)) is not None:
         usual = at_usual_place(figures.own_place, policy)
         own = figures.own_place or 0.0

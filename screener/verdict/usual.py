@@ -121,9 +121,9 @@ def falling(history: Sequence[float], bw: float) -> bool:
     """Whether the node's baseline seq reads (``history``, newest first, as the store gives
     them) and this one (``bw``) fall steadily: the Theil-Sen band of their log, one step
     per baseline (verdict.trend.fit), wholly below zero, and the fitted fall over them at
-    least ``FALL_MIN_SHARE``. Its place is then no place: a
-    drive on its way down learns each step as usual, and is judged by the peer rule as
-    any node (usual_doubt). Noise (a round 2x faster or slower) does not make a fall."""
+    least ``FALL_MIN_SHARE``. Its place is then no place: a drive on its way down learns
+    each step as usual, and is judged by the peer rule as any node (usual_doubt). Noise (a
+    round 2x faster or slower) does not make a fall."""
     series = [*reversed(history), bw]
     if len(series) < MIN_HISTORY + 1 or min(series) <= 0:
         return False
