@@ -31,7 +31,7 @@ from screener.verdict.judge import (
     references,
     suspects,
 )
-from screener.verdict.rules import borderline_level, peer_stats
+from screener.verdict.rules import borderline_level, peer_stats, ratio_near_cut
 from screener.verdict.usual import falling, tail_ceilings
 from tests.test_verdict_hold import MB, POLICY, node
 
@@ -245,6 +245,40 @@ def test_a_lone_ratio_still_fires_without_a_crowd() -> None:
     probes[1] = node("fleet02", read=290, write=2100)
     v = verdicts(evaluate(probes, {}, POLICY))["fleet02"]
     assert "ratio" in v.signals and v.reason.count("write/read 7.2x > 5x") == 1
+
+
+# The prolog matrix's fleet_read_6x on the unpaced mixed fleet (2026-12-03 15:02): the round
+# at 5.0-5.4x, half of it over 5x (no crowd yet), and 2 of 8 nodes reading 1.00x their peers
+# drained on `write/read 5.2x > 5x` alone.
+NEAR_CUT = [4.9, 5.0, 5.1, 5.2, 4.95, 5.3, 4.8, 5.05]
+
+
+def test_a_ratio_near_the_rounds_own_is_no_finding() -> None:
+    probes = [
+        node(f"fleet{i:02d}", read=300, write=300 * r, rand=380) for i, r in enumerate(NEAR_CUT, 1)
+    ]
+    got = verdicts(evaluate(probes, {}, POLICY))
+    assert not any("ratio" in v.signals for v in got.values()), [v.reason for v in got.values()]
+    assert slow_ones(screen(probes)) == []
+    # a slow reader among them is still an outlier of the round's ratios
+    probes[2] = node("fleet03", read=60, write=300 * 5.1, rand=380)
+    v = verdicts(evaluate(probes, {}, POLICY))["fleet03"]
+    assert v.status == Status.SLOW_READ and "ratio" in v.signals, v.reason
+    assert "write/read 25.5x > 5x and 5.1x the round's median 5.0x" in v.reason, v.reason
+
+
+@pytest.mark.parametrize(
+    ("ratios", "near"),
+    [
+        (NEAR_CUT, True),
+        ([1.0, 1.1, 0.9, 1.0, 7.0, 1.05, 1.0, 0.95], False),  # one slow reader: the cut
+        ([1.0, 300.0, 1.03, 300.0], False),  # half a round at 1/300 does not lift it
+        ([3.5, 3.6, 3.7, 3.4], False),  # under 0.71 x the cut (3.54)
+        ([5.0, 5.0, 5.0], False),  # fewer than min_peers: the cut alone
+    ],
+)
+def test_ratio_near_cut_is_the_rounds_lower_median(ratios: list[float], near: bool) -> None:
+    assert ratio_near_cut(ratios, POLICY) is near
 
 
 # ---- 3. and 4. the 4 KiB random read ------------------------------------------------------
@@ -598,3 +632,78 @@ def test_a_short_reads_finding_at_the_usual_place_that_clears_in_round_2_is_tran
     again = {"fleet05": node("fleet05", read=1000, write=1600, rand=380)}
     v = verdicts(screen(probes, again, history=history, policy=SHORT))["fleet05"]
     assert v.status == Status.OK and v.reason.startswith("transient: first probe"), v.reason
+
+
+# ---- a slower device: reads and writes alike below the round ------------------------------
+
+# The unpaced mixed fleet's slower model (bench/repeatability.py, 2026-12-03 15:02): read
+# and write paced at 0.6x, it read 0.47-0.58x its peers in round 1 and wrote 0.39x; with no
+# history it was drained in 6 of 6 fresh prolog screens.
+DEVICE_READS = [1000, 1010, 990, 1020, 470, 980, 1005, 580]
+DEVICE_WRITES = [1030, 1000, 1050, 990, 401, 1020, 1010, 401]
+
+
+def _device(
+    reads: Sequence[float] = DEVICE_READS, writes: Sequence[float] = DEVICE_WRITES
+) -> list[NodeProbe]:
+    return [
+        node(f"fleet{i:02d}", read=r, write=w, rand=380)
+        for i, (r, w) in enumerate(zip(reads, writes, strict=True), 1)
+    ]
+
+
+def test_a_slower_device_with_no_history_is_degraded_never_drained() -> None:
+    probes = _device()
+    got = verdicts(evaluate(probes, {}, POLICY))
+    v = got["fleet05"]  # read 0.47x (peer_read), write 0.40x (peer_write)
+    assert v.status == Status.DEGRADED and v.signals == ("slower_device",), v.reason
+    assert v.reason.startswith("seq read 470 MB/s = 0.47x peer median"), v.reason
+    assert "; seq write 401 MB/s = 0.40x peer median 1,005 MB/s" in v.reason, v.reason
+    assert "reads and writes alike below its peers (seq read 0.47x, seq write 0.40x" in v.reason
+    assert v.reason.endswith("a slower device, not a slow reader; not drained"), v.reason
+    assert v.baseline and not is_suspect(v) and not counts_as_slow(v)
+    w = got["fleet08"]  # read 0.58x (a close call at most), write 0.39x: SLOW_WRITE before
+    assert w.status == Status.DEGRADED and w.signals == ("slower_device",), w.reason
+    assert slow_ones(screen(probes)) == []
+    assert suspects(evaluate(probes, {}, POLICY)) == []  # no re-probe either
+
+
+def test_a_slower_device_at_its_usual_place_reads_as_usual() -> None:
+    probes = _device()
+    history = {p.node: [(p.seq_read.bw_bytes if p.seq_read else 0.0)] * 3 for p in probes}
+    v = verdicts(evaluate(probes, history, POLICY))["fleet05"]
+    assert v.status == Status.OK and v.signals == () and v.baseline, v.reason
+    assert "a slower device, not a slow reader" in v.reason
+
+
+@pytest.mark.parametrize(
+    ("read", "write", "why"),
+    [
+        (330, 1000, "a 3x reader beside a normal write"),
+        (330, 600, "its read 0.33x, more than 1/0.71 below its write 0.60x"),
+        (200, 200, "both ways at 0.20x: under a quarter of the peers"),
+        (470, 900, "its write at the peers' (0.89x >= 0.71)"),
+    ],
+)
+def test_what_is_no_slower_device_is_still_slow(read: float, write: float, why: str) -> None:
+    reads, writes = list(DEVICE_READS), list(DEVICE_WRITES)
+    reads[4], writes[4] = read, write
+    v = verdicts(evaluate(_device(reads, writes), {}, POLICY))["fleet05"]
+    assert v.status == Status.SLOW_READ and "slower_device" not in v.signals, (why, v.reason)
+
+
+def test_a_slow_writer_with_normal_reads_is_still_slow_write() -> None:
+    reads, writes = list(DEVICE_READS), list(DEVICE_WRITES)
+    reads[4], writes[4] = 1000, 300
+    v = verdicts(evaluate(_device(reads, writes), {}, POLICY))["fleet05"]
+    assert v.status == Status.SLOW_WRITE and v.signals == ("peer_write",), v.reason
+
+
+def test_a_device_creeping_down_both_ways_is_not_a_slower_device() -> None:
+    """Its baselines fall step by step (usual.falling): a drive on its way down, judged as
+    any node, even though it reads and writes alike below the round."""
+    probes = _device()
+    history = {p.node: [(p.seq_read.bw_bytes if p.seq_read else 0.0)] * 3 for p in probes}
+    history["fleet05"] = [470 / 0.9**k * MB for k in range(1, 6)]  # newest first
+    v = verdicts(evaluate(probes, history, POLICY))["fleet05"]
+    assert v.status == Status.SLOW_READ and "slower_device" not in v.signals, v.reason

@@ -19,12 +19,17 @@ BORDERLINE_TAG = "borderline"
 # (verdict.usual.usual_doubt): DEGRADED, never drained; after a short read the full probe
 # decides.
 USUAL_PLACE_TAG = "usual_place"
+# Signal of a node that reads and writes alike below its peers (verdict.usual.slower_device):
+# a slower drive model, DEGRADED until its place is learned, never re-probed nor drained.
+SLOWER_DEVICE_TAG = "slower_device"
 
 
 # A DEGRADED node with only these signals is not re-probed: facts and a read timeout are
 # not figures to compare, and a stall mode seen once is evidence a passing re-probe cannot
 # undo (stalls are intermittent); it stays DEGRADED and the next screen probes it again.
-NOT_SUSPECT_TAGS = frozenset({"facts", "read_timeout", "stalls", "shadow:stalls"})
+NOT_SUSPECT_TAGS = frozenset(
+    {"facts", "read_timeout", "stalls", "shadow:stalls", SLOWER_DEVICE_TAG}
+)
 
 # Findings the sequential read alone can confirm (its bandwidth against peers, the floor,
 # the node's own history, a close call), those that need the 4 KiB random read, and those

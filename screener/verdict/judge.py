@@ -18,6 +18,7 @@ from screener.probe_data import FleetFigure, NodeProbe, RunSummary, Status, Verd
 from screener.verdict.confirm import (
     SHARED_CAUSE_TAG,
     SLOW,
+    SLOWER_DEVICE_TAG,
     USUAL_PLACE_TAG,
     confirm,
     counts_as_slow,
@@ -45,6 +46,7 @@ from screener.verdict.rules import (
     peer_reason,
     peer_stats,
     ratio_crowd,
+    ratio_near_cut,
     ratio_peers,
     ratio_reason,
     read_stall,
@@ -53,7 +55,13 @@ from screener.verdict.rules import (
     usual_levels,
 )
 from screener.verdict.shadow import shadowed
-from screener.verdict.usual import at_usual_place, falling, tail_ceilings, usual_doubt
+from screener.verdict.usual import (
+    at_usual_place,
+    falling,
+    slower_device,
+    tail_ceilings,
+    usual_doubt,
+)
 
 __all__ = ["MIN_HISTORY", "SLOW", "confirm", "evaluate", "fact_drift", "fact_problems"]
 __all__ += ["is_suspect", "judge_round2", "peer_stats", "references", "suspects"]
@@ -72,7 +80,7 @@ class _Peers:
     tails: Mapping[str, TailStats]
     borrowed: int  # fleet figures used as extra peers (small allocations only)
     ratio: PeerStats | None = None  # of read/write, when the ratio is judged relatively
-    ratio_relative: bool = False  # a crowd over the ratio, or within a shared cause
+    ratio_relative: bool = False  # min_peers ratios, a crowd over the cut, or a shared cause
     ratio_crowd: bool = False  # most of the round over the ratio (rules.ratio_crowd)
 
 
@@ -221,6 +229,21 @@ def _judge(
             signals=(*r_tags, USUAL_PLACE_TAG),
             baseline=usual,
         )
+    if (
+        not problems
+        and (device := _slower_device(p, peers, r_tags, w_tags, policy)) is not None
+        and not falling(history, bw)  # a drive on its way down, both ways: judged as any
+    ):
+        # Slower both ways: its place, not a fault. Its figures are its history, so its
+        # place is learned; at that place it reads as usual (OK), before that DEGRADED.
+        usual = at_usual_place(figures.own_place, policy)
+        return replace(
+            figures,
+            status=Status.OK if usual else Status.DEGRADED,
+            reason=f"{'; '.join(r_why + w_why)}, {device}",
+            signals=() if usual else (SLOWER_DEVICE_TAG,),
+            baseline=True,
+        )
     if not hard and not w_tags and r_tags:
         # Only soft evidence (a stall mode): DEGRADED, probed again next time, never drained.
         parts = r_why + problems + [f"drift: {d}" for d in drift]
@@ -249,6 +272,18 @@ def _judge(
     return replace(figures, reason="within peers and thresholds", baseline=True)
 
 
+def _slower_device(
+    p: NodeProbe, peers: _Peers, r_tags: Sequence[str], w_tags: Sequence[str], policy: VerdictPolicy
+) -> str | None:
+    """usual.slower_device on this node's read findings (soft ones too: a stall is said as
+    ever) and its read and write against the round's medians."""
+    if p.seq_read is None or p.seq_write is None or peers.read is None or peers.write is None:
+        return None
+    read = p.seq_read.bw_bytes / peers.read.median if peers.read.median > 0 else None
+    write = p.seq_write.bw_bytes / peers.write.median if peers.write.median > 0 else None
+    return slower_device(r_tags, w_tags, read, write, policy)
+
+
 def _failure(p: NodeProbe, policy: VerdictPolicy) -> Verdict:
     """UNKNOWN (never drain on an error) with every fact already collected kept visible."""
     parts = [p.error or "probe produced no read/write figures"]
@@ -273,7 +308,8 @@ def _peers(
 ) -> _Peers:
     """Peer statistics of the round; too few nodes borrow the fleet's recent figures. The
     write/read ratio is judged against the round's ratios when most of the round is over
-    it or ``within_shared`` (rules.ratio_reason)."""
+    it, the round's own ratios are near the cut (rules.ratio_near_cut) or
+    ``within_shared`` (rules.ratio_reason)."""
     reads = [p.seq_read.bw_bytes for p in usable if p.seq_read]
     writes = [p.seq_write.bw_bytes for p in usable if p.seq_write]
     rands = [p.rand_read.iops for p in usable if p.rand_read]
@@ -290,7 +326,7 @@ def _peers(
     }
     ratios = [r for p in usable if (r := p.write_read_ratio) is not None]
     crowd = ratio_crowd(ratios, policy)
-    relative = within_shared or crowd
+    relative = within_shared or crowd or ratio_near_cut(ratios, policy)
     return _Peers(
         read=peer_stats(reads, policy),
         write=peer_stats(writes, policy),

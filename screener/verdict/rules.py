@@ -286,6 +286,19 @@ def ratio_crowd(ratios: Sequence[float], policy: VerdictPolicy) -> bool:
     )
 
 
+def ratio_near_cut(ratios: Sequence[float], policy: VerdictPolicy) -> bool:
+    """The round's healthy half already reads near ``max_write_read_ratio`` slower than it
+    writes: the lower median of >= ``min_peers`` ratios at or above ``borderline_level``
+    (0.71) x the cut (3.5x). The cut alone then picks nodes at random, so the ratio is
+    judged against the round's (issue 44: within a 6x read slowdown with fast writes, the
+    round at 5.0-5.4x, not yet "most over 5x", 2 of 8 nodes reading 1.00x their peers were
+    drained on `write/read 5.2x > 5x`). The lower median: half a round of slow readers
+    (two of four at 1/300) does not lift it."""
+    if len(ratios) < policy.min_peers:
+        return False
+    return statistics.median_low(ratios) >= borderline_level(policy) * policy.max_write_read_ratio
+
+
 def ratio_peers(ratios: Sequence[float], policy: VerdictPolicy) -> PeerStats | None:
     """Peer statistics of read/write (the inverse ratio), to judge a ratio against the
     round's: low read/write is a high write/read."""

@@ -100,6 +100,50 @@ def usual_doubt(
     )
 
 
+# The findings a slower device gives on every probe: it reads (a close call, or below the
+# gap) and writes below the round. Tails, random reads, floors, its history and the
+# write/read ratio say more and are judged as ever.
+DEVICE_READ_TAGS = frozenset({"peer_read", "close_call"})
+DEVICE_WRITE_TAGS = frozenset({"peer_write"})
+
+
+def slower_device(
+    r_tags: Sequence[str],
+    w_tags: Sequence[str],
+    read: float | None,
+    write: float | None,
+    policy: VerdictPolicy,
+) -> str | None:
+    """Peer findings only (``r_tags``, ``w_tags``) on a node that reads and writes alike
+    below its peers: the reason of a slower device (signal ``slower_device``, never
+    drained), else None. ``read``, ``write``: its seq read and write / the peer medians.
+
+    The mission's fault reads far slower than it writes (seed 001); a slower drive model,
+    firmware or fill level is slower both ways. Issue 44: on an unpaced mixed fleet the
+    slower model (read and write paced at 0.6x) read 0.47-0.58x its peers in round 1 and
+    wrote 0.39x; with no history to give it a place it was drained in 6 of 6 fresh prolog
+    screens. Alike means: both below ``borderline_level`` (0.71) and at or above
+    ``min_peer_drop`` squared (0.25: a quarter of the peers is a fault either way); its
+    read no more than 1/0.71 further below its peers than its write (the fault's direction,
+    held tight: a 3x reader beside a normal write is never spared) and its write no more
+    than 1/``min_peer_drop`` (2x) further below than its read (writes spread more)."""
+    tags = {*r_tags, *w_tags}
+    if not tags & {"peer_read", "peer_write"} or not set(r_tags) <= DEVICE_READ_TAGS:
+        return None
+    if not set(w_tags) <= DEVICE_WRITE_TAGS or read is None or write is None:
+        return None
+    edge, floor = borderline_level(policy), policy.min_peer_drop**2
+    if not (floor <= read < edge and floor <= write < edge):
+        return None
+    if read < write * edge or write < read * policy.min_peer_drop:
+        return None
+    return (
+        f"but it reads and writes alike below its peers (seq read {fmt_ratio(read)}x, seq "
+        f"write {fmt_ratio(write)}x the peer medians; both < {edge:.2f} and >= {floor:g}): a "
+        "slower device, not a slow reader; not drained"
+    )
+
+
 def at_usual_place(own: float | None, policy: VerdictPolicy) -> bool:
     """At or above ``borderline_level`` (0.71) of its usual place: where it always reads.
     Only such figures are its history (a node part-way down is not learned as usual)."""
