@@ -5,6 +5,8 @@ which round it is from. Probes are the captured fio output scaled (tests/test_ve
 
 from __future__ import annotations
 
+import pytest
+
 from screener.hooks.drain_rules import absolved, drain_reason, drainable
 from screener.probe_data import RunSummary, Status
 from screener.verdict.judge import SLOW, confirm, evaluate, references, suspects
@@ -231,6 +233,40 @@ def test_a_close_call_twice_is_degraded_never_ok_nor_drained() -> None:
     history = {p.node: [p.seq_read.bw_bytes] * 3 for p in spread(8) if p.seq_read}
     learned = evaluate(probes, history | {"n01": [1900 * 1e6] * 3}, POLICY).verdicts[0]
     assert learned.status == Status.OK and learned.own_place is not None, learned.reason
+
+
+def test_a_close_call_then_below_the_gap_in_round_two_is_slow_once_not_twice() -> None:
+    """Issue 44: a slower model, a close call among eight, read 0.34-0.48x beside a few
+    references that sped up with fewer nodes on the host, and was drained."""
+    merged = _close(1300)  # 0.43x round 2's references
+    v = merged.verdicts[0]
+    assert v.status == Status.DEGRADED and not v.confirmed, v.reason
+    assert v.signals == ("peer_read", "borderline"), v.reason
+    assert v.reason.startswith(
+        "borderline: a close call in round 1, below the gap only in round 2: seq read 1,300"
+        " MB/s = 0.43x round-2 peer median 3,000 MB/s"
+    ), v.reason
+    assert v.reason.endswith(
+        "round 1: seq read 1,900 MB/s = 0.61x round-1 peer median 3,090 MB/s]: slow once, not twice"
+    ), v.reason
+    assert drainable(merged, confirm=True) == [] and not v.baseline
+
+
+@pytest.mark.parametrize("read", [700, 300])  # 0.23x, 0.10x: two gaps below, or more
+def test_a_close_call_then_far_below_in_round_two_is_confirmed(read: float) -> None:
+    v = _close(read).verdicts[0]
+    assert v.status == Status.SLOW_READ and v.confirmed, v.reason
+
+
+def test_a_close_call_then_below_the_gap_without_the_weighing_is_confirmed() -> None:
+    """``borderline`` 0 (the both-rounds weighing off): round 2's own finding decides."""
+    probes = spread(8)
+    probes[0] = node("n01", read=1900)
+    first = evaluate(probes, {}, POLICY)
+    refs = references(first, POLICY.confirm_references)
+    second = [node("n01", read=1300)] + [node(r, read=3000) for r in refs]
+    v = confirm(first, evaluate(second, {}, POLICY), refs, 0.0).verdicts[0]
+    assert v.status == Status.SLOW_READ and v.confirmed, v.reason
 
 
 def test_a_close_call_is_no_call_in_a_noisy_fleet() -> None:
