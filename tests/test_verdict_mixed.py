@@ -707,3 +707,45 @@ def test_a_device_creeping_down_both_ways_is_not_a_slower_device() -> None:
     history["fleet05"] = [470 / 0.9**k * MB for k in range(1, 6)]  # newest first
     v = verdicts(evaluate(probes, history, POLICY))["fleet05"]
     assert v.status == Status.SLOW_READ and "slower_device" not in v.signals, v.reason
+
+
+def _masked(pair_write: float) -> tuple[list[NodeProbe], dict[str, list[float]]]:
+    """A read slowdown shared by the fleet (every node reads 184 MB/s) and the slower pair
+    (fleet05, fleet07) writing ``pair_write`` MB/s among writers at ~1,250; its history
+    (full probes before the slowdown) puts its reads at 0.6x its peers'."""
+    writes = [1250, 1230, 1270, 1240, pair_write, 1260, pair_write, 1255]
+    probes = _device([184] * 8, writes)
+    history = {p.node: [1000 * MB] * 3 for p in probes}
+    history["fleet05"] = history["fleet07"] = [600 * MB] * 3
+    return probes, history
+
+
+def test_a_slower_device_whose_reads_a_shared_slowdown_masks_is_not_a_slow_writer() -> None:
+    """The prolog matrix's read-slowdown cases (2026-12-03 16:37): `SLOW_WRITE confirmed:
+    seq write 567 MB/s = 0.47x round-2 peer median 1,206 MB/s [...; round 1: seq read 184
+    MB/s = 1.00x ...]`: only its write still showed the slower model."""
+    probes, history = _masked(560)
+    v = verdicts(evaluate(probes, history, POLICY))["fleet05"]
+    # at its usual place (the round reads below its history, the node less than the rest)
+    assert v.status == Status.OK and v.baseline and v.signals == (), v.reason
+    assert v.reason.startswith("seq write 560 MB/s = 0.45x peer median"), v.reason
+    assert "but its history puts its seq read at 0.60x its peers (this round 1.00x) and it " in (
+        v.reason
+    )
+    assert v.reason.endswith("a slower device, not a slow writer; not drained"), v.reason
+    assert slow_ones(screen(probes, history=history)) == []
+
+
+@pytest.mark.parametrize(
+    ("write", "known", "why"),
+    [
+        (350, True, "0.28x: more than 2x below its history's read place 0.60x"),
+        (560, False, "no history: a write fault cannot be told from a slower model"),
+    ],
+)
+def test_a_write_below_its_known_place_is_still_slow_write(
+    write: float, known: bool, why: str
+) -> None:
+    probes, history = _masked(write)
+    v = verdicts(evaluate(probes, history if known else {}, POLICY))["fleet05"]
+    assert v.status == Status.SLOW_WRITE and v.signals == ("peer_write",), (why, v.reason)

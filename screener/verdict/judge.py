@@ -231,7 +231,7 @@ def _judge(
         )
     if (
         not problems
-        and (device := _slower_device(p, peers, r_tags, w_tags, policy)) is not None
+        and (device := _slower_device(p, peers, r_tags, w_tags, policy, learned)) is not None
         and not falling(history, bw)  # a drive on its way down, both ways: judged as any
     ):
         # Slower both ways: its place, not a fault. Its figures are its history, so its
@@ -273,15 +273,20 @@ def _judge(
 
 
 def _slower_device(
-    p: NodeProbe, peers: _Peers, r_tags: Sequence[str], w_tags: Sequence[str], policy: VerdictPolicy
+    p: NodeProbe,
+    peers: _Peers,
+    r_tags: Sequence[str],
+    w_tags: Sequence[str],
+    policy: VerdictPolicy,
+    learned: float | None = None,
 ) -> str | None:
     """usual.slower_device on this node's read findings (soft ones too: a stall is said as
-    ever) and its read and write against the round's medians."""
+    ever), its read and write against the round's medians and its learned place."""
     if p.seq_read is None or p.seq_write is None or peers.read is None or peers.write is None:
         return None
     read = p.seq_read.bw_bytes / peers.read.median if peers.read.median > 0 else None
     write = p.seq_write.bw_bytes / peers.write.median if peers.write.median > 0 else None
-    return slower_device(r_tags, w_tags, read, write, policy)
+    return slower_device(r_tags, w_tags, read, write, policy, learned)
 
 
 def _failure(p: NodeProbe, policy: VerdictPolicy) -> Verdict:

@@ -113,6 +113,7 @@ def slower_device(
     read: float | None,
     write: float | None,
     policy: VerdictPolicy,
+    learned: float | None = None,
 ) -> str | None:
     """Peer findings only (``r_tags``, ``w_tags``) on a node that reads and writes alike
     below its peers: the reason of a slower device (signal ``slower_device``, never
@@ -126,17 +127,33 @@ def slower_device(
     ``min_peer_drop`` squared (0.25: a quarter of the peers is a fault either way); its
     read no more than 1/0.71 further below its peers than its write (the fault's direction,
     held tight: a 3x reader beside a normal write is never spared) and its write no more
-    than 1/``min_peer_drop`` (2x) further below than its read (writes spread more)."""
+    than 1/``min_peer_drop`` (2x) further below than its read (writes spread more).
+
+    A write finding beside a read that is not below the round (no read finding) counts its
+    read at ``learned`` (rules.learned_place: where its history puts it among the round)
+    when that is in the same band: a read slowdown shared by the fleet (seeds 001 and 003)
+    brings every read down to the slower model's, and only its write still showed it,
+    `SLOW_WRITE confirmed` (2026-12-03, the prolog matrix's read-slowdown cases)."""
     tags = {*r_tags, *w_tags}
+    edge, floor = borderline_level(policy), policy.min_peer_drop**2
+    now = read
+    masked = not r_tags and learned is not None and read is not None and read >= edge
+    if masked:
+        read = learned
     if not tags & {"peer_read", "peer_write"} or not set(r_tags) <= DEVICE_READ_TAGS:
         return None
     if not set(w_tags) <= DEVICE_WRITE_TAGS or read is None or write is None:
         return None
-    edge, floor = borderline_level(policy), policy.min_peer_drop**2
     if not (floor <= read < edge and floor <= write < edge):
         return None
     if read < write * edge or write < read * policy.min_peer_drop:
         return None
+    if masked and now is not None:
+        return (
+            f"but its history puts its seq read at {fmt_ratio(read)}x its peers (this round "
+            f"{fmt_ratio(now)}x) and it writes alike ({fmt_ratio(write)}x the peer median; both "
+            f"< {edge:.2f} and >= {floor:g}): a slower device, not a slow writer; not drained"
+        )
     return (
         f"but it reads and writes alike below its peers (seq read {fmt_ratio(read)}x, seq "
         f"write {fmt_ratio(write)}x the peer medians; both < {edge:.2f} and >= {floor:g}): a "
