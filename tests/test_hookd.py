@@ -9,6 +9,7 @@ own "listening on" line; the hooks are the real console script, as slurmctld run
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import queue
@@ -20,13 +21,20 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from screener.hook_server.wire import ENV_SOCKET, encode_request, package_dir, read_line
+from screener.hook_server.client import via_hookd
+from screener.hook_server.wire import (
+    ENV_SOCKET,
+    FALLBACK_ENV,
+    encode_request,
+    package_dir,
+    read_line,
+)
 from tests.hooked_cluster import (
     hooked_cluster,
     in_slurm_root,
@@ -273,7 +281,10 @@ def raw_request(sock: Path, argv: list[str], preexec: object = None) -> str:
                 s.settimeout(30)
                 s.connect(str(sock))
                 body = encode_request(argv, {}, "/", package_dir())
-                socket.send_fds(s, [body], [0, 1, 2])
+                # a refusing server replies and closes before it reads: the send may break
+                # (EPIPE, seen in CI) while its reply waits to be read, as the client does
+                with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                    socket.send_fds(s, [body], [0, 1, 2])
                 word, rest = read_line(s.makefile("rb"))
                 os.write(write, f"{word} {rest}".encode())
             code = 0
@@ -305,9 +316,41 @@ def test_the_socket_is_private_and_another_user_is_refused() -> None:
 
         reply = raw_request(server.sock, ["prolog"], as_nobody)
         assert reply.startswith("R uid 65534 may not use this hookd"), reply
+        # the hook's own client, as that uid: it runs the hook itself and says why
+        why = _client_fallback(server.sock, as_nobody)
+        assert "may not use this hookd" in why and "Broken pipe" not in why, why
     finally:
         server.stop()
         shutil.rmtree(d)
+
+
+def _client_fallback(sock: Path, preexec: Callable[[], None]) -> str:
+    """``via_hookd`` run in a child as ``preexec`` sets: why it fell back ("" if it did not)."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: the client, then _exit
+        code = 1
+        try:
+            os.close(read)
+            preexec()
+            os.environ[ENV_SOCKET] = str(sock)
+            os.environ.pop(FALLBACK_ENV, None)
+            # more than the socket holds: the send is still going when the server refuses
+            # and closes, so it breaks (EPIPE) every time, not only in a rare race
+            os.environ["SCREENER_TEST_PADDING"] = "x" * 1_000_000
+            got = via_hookd(["prolog"])
+            why = os.environ.get(FALLBACK_ENV, "")
+            os.write(write, (why if got is None else f"ran: {got}").encode())
+            code = 0
+        except BaseException as exc:
+            os.write(write, f"error: {exc}".encode())
+        finally:
+            os._exit(code)
+    os.close(write)
+    with os.fdopen(read, "rb") as f:
+        reply = f.read().decode()
+    os.waitpid(pid, 0)
+    return reply
 
 
 # ------------------------------------------------------------------ signals and a vanished hook

@@ -65,11 +65,11 @@ def via_hookd(args: list[str]) -> int | None:
             _fallback(untrusted)
             return None
         request = encode_request(args, dict(os.environ), os.getcwd(), package_dir())
-        # stdin, stdout, stderr: the worker writes where this process would have
-        socket.send_fds(sock, [request[:4096]], [0, 1, 2])
-        sock.sendall(request[4096:])
+        unsent = _send(sock, request)
         stream = sock.makefile("rb")
         word, rest = read_line(stream)
+        if not word and unsent is not None:
+            raise unsent  # no reply either: the send's error says why
         if word == ACCEPTED:  # committed: the worker runs the hook only once it reads this
             sock.sendall(f"{GO}\n".encode())
     except OSError as exc:
@@ -81,6 +81,20 @@ def via_hookd(args: list[str]) -> int | None:
         _fallback(rest if word == REFUSED else f"{path}: unexpected reply {word!r}")
         return None
     return _wait(sock, stream, args[0])
+
+
+def _send(sock: socket.socket, request: bytes) -> OSError | None:
+    """Send the request, with stdin, stdout and stderr (the worker writes where this process
+    would have); the error when the server closed first (None: sent). A server that refuses
+    this uid says so and closes before it reads the request: the send then breaks (EPIPE),
+    but its reply is still there to read, and says why (seen in CI: "Broken pipe" instead of
+    the refusal)."""
+    try:
+        socket.send_fds(sock, [request[:4096]], [0, 1, 2])
+        sock.sendall(request[4096:])
+    except (BrokenPipeError, ConnectionResetError) as exc:
+        return exc
+    return None
 
 
 def _untrusted(sock: socket.socket, path: str) -> str:
