@@ -272,8 +272,8 @@ def _close_then_gap(v1: Verdict, v2: Verdict, borderline: float) -> bool:
     (``borderline`` 0). Issue 44: on the unpaced mixed fleet the slower model was a
     0.57-0.69x close call among eight nodes, then 0.34-0.48x beside 3-5 references that
     read 1.2-2.1x faster with fewer nodes on the host: 3 of its 6 verdicts in fresh
-    prolog screens were drains. A node far below in round 2, or with another finding there, is
-    confirmed as before."""
+    prolog screens were drains. A node far below in round 2, or with another finding
+    there, is confirmed as before."""
     if borderline <= 0 or set(v1.signals) != {"close_call"} or set(v2.signals) != {"peer_read"}:
         return False
     ratio = _read_ratio(v2)

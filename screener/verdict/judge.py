@@ -80,7 +80,7 @@ class _Peers:
     tails: Mapping[str, TailStats]
     borrowed: int  # fleet figures used as extra peers (small allocations only)
     ratio: PeerStats | None = None  # of read/write, when the ratio is judged relatively
-    ratio_relative: bool = False  # min_peers ratios, a crowd over the cut, or a shared cause
+    ratio_relative: bool = False  # a crowd over the cut, the round near it, a shared cause
     ratio_crowd: bool = False  # most of the round over the ratio (rules.ratio_crowd)
 
 
