@@ -88,7 +88,8 @@ def test_node_slowed_after_passing_is_drained_by_the_next_prolog(site: dict[str,
     # the sentinel's figure is on record with each node it let in (`screener history NODE`)
     with open_store(site["db"]) as store:
         fast = [e for n in ran for e in store.node_events(n) if e.action == "fast_path"]
-    assert fast and all("sentinel read " in e.reason for e in fast), fast
+    # with the hook log: once in CI (e55f7cf, loaded host) no node it ran on had one
+    assert fast and all("sentinel read " in e.reason for e in fast), (fast, log)
 
 
 def test_all_fresh_and_healthy_runs_no_full_probe(site: dict[str, Any]) -> None:
