@@ -267,26 +267,18 @@ def test_a_changed_package_is_never_run_by_the_old_server(tmp_path: Path) -> Non
         server.stop()
 
 
-def raw_request(sock: Path, argv: list[str], preexec: object = None) -> str:
-    """Send one request by hand (as uid ``preexec`` sets, in a child); the server's reply."""
+def in_child(work: Callable[[], str], preexec: Callable[[], None] | None = None) -> str:
+    """``work()`` in a forked child (after ``preexec``, e.g. a setuid): what it returned, or
+    ``error: ...``. The child uses only sockets and os calls, then _exit."""
     read, write = os.pipe()
     pid = os.fork()
-    if pid == 0:  # the child: only sockets and os calls, then _exit
+    if pid == 0:
         code = 1
         try:
             os.close(read)
             if preexec:
-                preexec()  # type: ignore[operator]
-            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-                s.settimeout(30)
-                s.connect(str(sock))
-                body = encode_request(argv, {}, "/", package_dir())
-                # a refusing server replies and closes before it reads: the send may break
-                # (EPIPE, seen in CI) while its reply waits to be read, as the client does
-                with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-                    socket.send_fds(s, [body], [0, 1, 2])
-                word, rest = read_line(s.makefile("rb"))
-                os.write(write, f"{word} {rest}".encode())
+                preexec()
+            os.write(write, work().encode())
             code = 0
         except BaseException as exc:
             os.write(write, f"error: {exc}".encode())
@@ -297,6 +289,24 @@ def raw_request(sock: Path, argv: list[str], preexec: object = None) -> str:
         reply = f.read().decode()
     os.waitpid(pid, 0)
     return reply
+
+
+def raw_request(sock: Path, argv: list[str], preexec: Callable[[], None] | None = None) -> str:
+    """Send one request by hand (as uid ``preexec`` sets, in a child); the server's reply."""
+
+    def send() -> str:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(30)
+            s.connect(str(sock))
+            body = encode_request(argv, {}, "/", package_dir())
+            # a refusing server replies and closes before it reads: the send may break
+            # (EPIPE, seen in CI) while its reply waits to be read, as the client does
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                socket.send_fds(s, [body], [0, 1, 2])
+            word, rest = read_line(s.makefile("rb"))
+            return f"{word} {rest}"
+
+    return in_child(send, preexec)
 
 
 def test_the_socket_is_private_and_another_user_is_refused() -> None:
@@ -326,31 +336,17 @@ def test_the_socket_is_private_and_another_user_is_refused() -> None:
 
 def _client_fallback(sock: Path, preexec: Callable[[], None]) -> str:
     """``via_hookd`` run in a child as ``preexec`` sets: why it fell back ("" if it did not)."""
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: the client, then _exit
-        code = 1
-        try:
-            os.close(read)
-            preexec()
-            os.environ[ENV_SOCKET] = str(sock)
-            os.environ.pop(FALLBACK_ENV, None)
-            # more than the socket holds: the send is still going when the server refuses
-            # and closes, so it breaks (EPIPE) every time, not only in a rare race
-            os.environ["SCREENER_TEST_PADDING"] = "x" * 1_000_000
-            got = via_hookd(["prolog"])
-            why = os.environ.get(FALLBACK_ENV, "")
-            os.write(write, (why if got is None else f"ran: {got}").encode())
-            code = 0
-        except BaseException as exc:
-            os.write(write, f"error: {exc}".encode())
-        finally:
-            os._exit(code)
-    os.close(write)
-    with os.fdopen(read, "rb") as f:
-        reply = f.read().decode()
-    os.waitpid(pid, 0)
-    return reply
+
+    def client() -> str:
+        os.environ[ENV_SOCKET] = str(sock)
+        os.environ.pop(FALLBACK_ENV, None)
+        # more than the socket holds: the send is still going when the server refuses and
+        # closes, so it breaks (EPIPE) every time, not only in a rare race
+        os.environ["SCREENER_TEST_PADDING"] = "x" * 1_000_000
+        got = via_hookd(["prolog"])
+        return os.environ.get(FALLBACK_ENV, "") if got is None else f"ran: {got}"
+
+    return in_child(client, preexec)
 
 
 # ------------------------------------------------------------------ signals and a vanished hook
