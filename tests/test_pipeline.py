@@ -63,12 +63,14 @@ NOISE_SIGNALS = frozenset({"stalls", "close_call", "borderline"})
 
 
 def assert_peers_unharmed(result: ScreenResult, bad: str) -> None:
-    """Every node but ``bad`` was probed without error and judged OK, except at most one
-    DEGRADED by noise-only evidence: the fault does not spread, and noise drains nobody."""
+    """Every node but ``bad`` was probed without error and judged OK, except at most two
+    DEGRADED by noise-only evidence: the fault does not spread, and noise drains nobody.
+    Two, not one: CI on e32ff2d at load ~6 left a stall mode (32 reads ~51 ms) on one
+    healthy peer and a second healthy peer DEGRADED in the same 1.5 s probe."""
     others = [v for v in result.summary.verdicts if v.node != bad]
     assert all(result.probes[v.node].error_kind is None for v in others), result.summary
     noisy = [v for v in others if v.status != Status.OK]
-    assert len(noisy) <= 1, result.summary
+    assert len(noisy) <= 2, result.summary
     for v in noisy:
         assert v.status == Status.DEGRADED and set(v.signals) <= NOISE_SIGNALS, v
 

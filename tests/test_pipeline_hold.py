@@ -124,7 +124,7 @@ def test_intermittently_stalling_reader_is_found_on_its_tail(cluster: Any) -> No
     v = next(v for v in result.summary.verdicts if v.node == bad)
     assert v.status == Status.SLOW_READ and v.confirmed, v
     assert {"peer_tail", "slow_ios"} & set(v.signals), v
-    assert_peers_unharmed(result, bad)  # OK, or one noise-only DEGRADED on a loaded host
+    assert_peers_unharmed(result, bad)  # OK, or up to two noise-only DEGRADED on a loaded host
 
 
 def test_round_two_is_judged_beside_reference_nodes(cluster: Any, tmp_path: Path) -> None:
