@@ -740,7 +740,7 @@ def test_a_slower_device_whose_reads_a_shared_slowdown_masks_is_not_a_slow_write
     ("write", "known", "why"),
     [
         (350, True, "0.28x: more than 2x below its history's read place 0.60x"),
-        (560, False, "no history: a write fault cannot be told from a slower model"),
+        (250, False, "0.20x, no history: below a quarter of its peers, a fault either way"),
     ],
 )
 def test_a_write_below_its_known_place_is_still_slow_write(
@@ -749,3 +749,32 @@ def test_a_write_below_its_known_place_is_still_slow_write(
     probes, history = _masked(write)
     v = verdicts(evaluate(probes, history if known else {}, POLICY))["fleet05"]
     assert v.status == Status.SLOW_WRITE and v.signals == ("peer_write",), (why, v.reason)
+
+
+def test_a_write_a_shared_read_slowdown_leaves_alone_is_degraded_never_drained() -> None:
+    """No history: the read that would tell a slower model (slower both ways) from a slow
+    writer is masked by the fleet's read slowdown (usual.masked_writer). The prolog matrix
+    on the mixed fleet, 7-of-8 read slowdown, no history (2026-12-03 16:37): `SLOW_WRITE
+    confirmed: seq write 566 MB/s = 0.44x round-2 peer median 1,280 MB/s` in 3 of 3."""
+    probes, _ = _masked(560)
+    first = evaluate(probes, {}, POLICY)
+    assert first.shared_cause, first.shared_cause_reason
+    v = verdicts(first)["fleet05"]
+    assert v.status == Status.DEGRADED and v.signals == ("slower_device",), v.reason
+    assert v.baseline and not is_suspect(v), v
+    assert v.reason.startswith("seq write 560 MB/s = 0.45x peer median"), v.reason
+    assert "(outlier within a shared cause)" not in v.reason, v.reason
+    assert v.reason.endswith(
+        "but the round's reads are slow together (a shared cause), which hides whether it "
+        "reads alike: a slower device or a slow writer (seq write 0.45x the peer median, < "
+        "0.71 and >= 0.25); not drained"
+    ), v.reason
+    assert slow_ones(screen(probes)) == []
+
+
+def test_a_slow_writer_beside_reads_that_are_not_slow_together_is_still_slow_write() -> None:
+    """The same write (0.45x) in a round that reads as usual: no shared cause hides its
+    read, which is normal, so it is a slow writer (usual.masked_writer does not apply)."""
+    writes = [1250, 1230, 1270, 1240, 560, 1260, 1245, 1255]
+    v = verdicts(evaluate(_device([1000] * 8, writes), {}, POLICY))["fleet05"]
+    assert v.status == Status.SLOW_WRITE and v.signals == ("peer_write",), v.reason

@@ -10,7 +10,7 @@ Nothing here does I/O; the rules live in ``screener.verdict.rules``, confirmatio
 from __future__ import annotations
 
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, replace
 
 from screener.policy import VerdictPolicy
@@ -56,8 +56,10 @@ from screener.verdict.rules import (
 )
 from screener.verdict.shadow import shadowed
 from screener.verdict.usual import (
+    DEVICE_WRITE_TAGS,
     at_usual_place,
     falling,
+    masked_writer,
     slower_device,
     tail_ceilings,
     usual_doubt,
@@ -389,6 +391,10 @@ def evaluate(
     if level is not None and level < SHARED_HISTORY_LEVEL:
         below = _shared_history(verdicts, ratios, policy, level)
         shared_reason = "; ".join(r for r in (shared_reason, below) if r)
+    read_side = peers.ratio_crowd or (level is not None and level < SHARED_HISTORY_LEVEL)
+    if shared_reason and (read_side or _reads_shared(verdicts.values())):
+        known = {n for n in reads if learned_place(n, levels, policy.min_peers) is not None}
+        _masked_writers(verdicts, peers, policy, known)
     return RunSummary(
         verdicts=tuple(verdicts[p.node] for p in probes),
         shared_cause=bool(shared_reason),
@@ -478,6 +484,45 @@ def _shared_cause(
                 signals=(*v.signals, SHARED_CAUSE_TAG),
             )
     return reason
+
+
+# Tags of a write finding and of the shared-cause pass itself; every other tag of a node
+# the shared cause absolved or kept as an outlier is a read-side finding.
+_NOT_READ_TAGS = frozenset({"peer_write", "abs_write", SHARED_CAUSE_TAG, "outlier"})
+
+
+def _reads_shared(verdicts: Iterable[Verdict]) -> bool:
+    """The round's shared cause is on the read side: a node it absolved (or kept as an
+    outlier within it) had a read-side finding (a read rule, the write/read ratio)."""
+    return any(
+        (SHARED_CAUSE_TAG in v.signals or "outlier within a shared cause" in v.reason)
+        and set(v.signals) - _NOT_READ_TAGS
+        for v in verdicts
+    )
+
+
+def _masked_writers(
+    verdicts: dict[str, Verdict], peers: _Peers, policy: VerdictPolicy, known: Set[str]
+) -> None:
+    """Nodes found only on their seq write while the round's reads are slow together
+    (usual.masked_writer): DEGRADED ``slower_device``, never drained or re-probed. Not the
+    ``known``, whose history places their read (usual.slower_device already judged them
+    with it: a write 2x below that place is a slow writer)."""
+    median = peers.write.median if peers.write else 0.0
+    for node, v in verdicts.items():
+        if node in known or v.status != Status.SLOW_WRITE or not v.signals or v.write_mb_s is None:
+            continue
+        if not set(v.signals) <= DEVICE_WRITE_TAGS or median <= 0:
+            continue
+        if (why := masked_writer(v.write_mb_s * 1e6 / median, policy)) is None:
+            continue
+        verdicts[node] = replace(
+            v,
+            status=Status.DEGRADED,
+            reason=f"{v.reason.removesuffix(' (outlier within a shared cause)')}, {why}",
+            signals=(SLOWER_DEVICE_TAG,),
+            baseline=True,  # as the nodes the shared cause absolved: history learns the level
+        )
 
 
 def _shared_history(

@@ -161,6 +161,26 @@ def slower_device(
     )
 
 
+def masked_writer(write: float | None, policy: VerdictPolicy) -> str | None:
+    """A node found only on its seq write (``write``: its write / the peer median) in a
+    round whose reads are slow together (a shared cause on the read side): the reason it is
+    not drained (signal ``slower_device``), else None. The shared read slowdown hides the
+    read that would tell a slower device (slower both ways) from a slow writer, and the
+    mission's fault reads slower than it writes. Between ``min_peer_drop`` squared (0.25)
+    and ``borderline_level`` (0.71) it is DEGRADED, said, never re-probed; below 0.25 it is
+    a slow writer either way. Issue 44, the prolog matrix on the mixed fleet: the slower
+    model (0.6x both ways) wrote 0.42-0.47x in the read-slowdown cases with no history,
+    and was drained as ``SLOW_WRITE`` in 3 of 3 fresh 7-of-8 screens (2026-12-03)."""
+    edge, floor = borderline_level(policy), policy.min_peer_drop**2
+    if write is None or not floor <= write < edge:
+        return None
+    return (
+        f"but the round's reads are slow together (a shared cause), which hides whether it "
+        f"reads alike: a slower device or a slow writer (seq write {fmt_ratio(write)}x the "
+        f"peer median, < {edge:.2f} and >= {floor:g}); not drained"
+    )
+
+
 def at_usual_place(own: float | None, policy: VerdictPolicy) -> bool:
     """At or above ``borderline_level`` (0.71) of its usual place: where it always reads.
     Only such figures are its history (a node part-way down is not learned as usual)."""
