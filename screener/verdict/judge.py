@@ -380,6 +380,8 @@ def evaluate(
             learned = learned_place(p.node, levels, policy.min_peers)
             judged = _judge(p, peers, hist, drift.get(p.node, []), policy, level, ceiling, learned)
             verdicts[p.node] = shadowed(judged, policy.shadow)
+    # Before the shared-cause passes rewrite them: a node counted slow on the read side
+    slow_reads = _slow_reads(verdicts.values())
     if len(usable) < policy.min_peers:
         shared_reason = _small_allocation(verdicts, len(usable), peers, policy)
     else:
@@ -391,8 +393,8 @@ def evaluate(
     if level is not None and level < SHARED_HISTORY_LEVEL:
         below = _shared_history(verdicts, ratios, policy, level)
         shared_reason = "; ".join(r for r in (shared_reason, below) if r)
-    read_side = peers.ratio_crowd or (level is not None and level < SHARED_HISTORY_LEVEL)
-    if shared_reason and (read_side or _reads_shared(verdicts.values())):
+    reads_below = level is not None and level < SHARED_HISTORY_LEVEL
+    if shared_reason and (slow_reads or peers.ratio_crowd or reads_below):
         known = {n for n in reads if learned_place(n, levels, policy.min_peers) is not None}
         _masked_writers(verdicts, peers, policy, known)
     return RunSummary(
@@ -486,19 +488,16 @@ def _shared_cause(
     return reason
 
 
-# Tags of a write finding and of the shared-cause pass itself; every other tag of a node
-# the shared cause absolved or kept as an outlier is a read-side finding.
+# Tags of a write finding and of the shared-cause passes; every other tag is a read-side
+# finding (a read rule, the write/read ratio).
 _NOT_READ_TAGS = frozenset({"peer_write", "abs_write", SHARED_CAUSE_TAG, "outlier"})
 
 
-def _reads_shared(verdicts: Iterable[Verdict]) -> bool:
-    """The round's shared cause is on the read side: a node it absolved (or kept as an
-    outlier within it) had a read-side finding (a read rule, the write/read ratio)."""
-    return any(
-        (SHARED_CAUSE_TAG in v.signals or "outlier within a shared cause" in v.reason)
-        and set(v.signals) - _NOT_READ_TAGS
-        for v in verdicts
-    )
+def _slow_reads(verdicts: Iterable[Verdict]) -> bool:
+    """Whether most nodes that count as slow (confirm.counts_as_slow) have a read-side
+    finding (a read rule, the write/read ratio): a shared cause among them is on the reads."""
+    slow = [v for v in verdicts if counts_as_slow(v)]
+    return 2 * sum(1 for v in slow if set(v.signals) - _NOT_READ_TAGS) > len(slow)
 
 
 def _masked_writers(
