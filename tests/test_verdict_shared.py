@@ -293,3 +293,43 @@ def test_close_calls_are_not_a_shared_cause() -> None:
     assert [got[f"n0{i}"] for i in (1, 2, 6, 7, 8)] == [Status.DEGRADED] * 2 + [
         Status.SLOW_WRITE
     ] * 3
+
+
+# ---- below the gap twice, its z short in round 2 (issue 44) ----------------------------
+
+REFS_SPREAD = (1400, 2200, 2200, 2600, 3500)  # round 2's 5 references, unpaced: wide
+
+
+def _two_suspects(round2_read: float) -> RunSummary:
+    """n01 (0.29x) and n02 (0.23x) suspects in round 1; in round 2 n01 reads
+    ``round2_read`` MB/s beside n02 at 650 and 5 references spread 1,400-3,500 MB/s, as
+    unpaced references beside two throttled readers read on the mixed fleet."""
+    probes = spread(8)
+    probes[0] = node("n01", read=900, write=2800)
+    probes[1] = node("n02", read=700, write=2800)
+    first = evaluate(probes, {}, POLICY)
+    assert suspects(first) == ["n01", "n02"]
+    refs = references(first, POLICY.confirm_references)
+    assert len(refs) == len(REFS_SPREAD)
+    second = [node("n01", read=round2_read), node("n02", read=650)]
+    second += [node(r, read=x) for r, x in zip(refs, REFS_SPREAD, strict=True)]
+    return confirm(first, evaluate(second, {}, POLICY), refs, borderline_level(POLICY))
+
+
+def test_below_the_gap_in_both_rounds_is_confirmed_though_round_2s_z_is_short() -> None:
+    """The prolog matrix, mixed fleet (2026-12-03 19:50): a 3x reader read 0.41x in round 1
+    and 0.32x in round 2, where its z missed the cut: `DEGRADED borderline`, not drained."""
+    merged = _two_suspects(950)
+    v = merged.verdicts[0]
+    assert v.status == Status.SLOW_READ and v.confirmed and "peer_read" in v.signals, v.reason
+    assert v.reason.startswith(
+        "confirmed: below the gap in both rounds: round 2 seq read 0.43x the round-2 peer "
+        "median (< 0.5; z=-1.3 there, short of the peer rule's cut), round 1: seq read 900 MB/s"
+    ), v.reason
+    assert "n01" in [d.node for d in drainable(merged, confirm=True)]
+
+
+def test_below_the_gap_only_in_round_1_stays_borderline() -> None:
+    v = _two_suspects(1300).verdicts[0]  # 0.59x in round 2: slower twice, not below twice
+    assert v.status == Status.DEGRADED and "borderline" in v.signals, v.reason
+    assert v.reason.startswith("borderline: slower than its peers in both rounds"), v.reason

@@ -226,6 +226,25 @@ def confirm(
             merged.append(replace(v2, reason=text))
         elif USUAL_PLACE_TAG in v2.signals:  # found again, at its place: the full probe's
             merged.append(replace(v2, reason=f"{now} [{basis}; {_round1(v, first)}]"))
+        elif _gap_twice(v, v2, borderline):
+            low = _read_ratio(v2) or 0.0
+            text = (
+                f"confirmed: below the gap in both rounds: round 2 seq read "
+                f"{fmt_ratio(low)}x the {r2} peer median (< {borderline**2:g}; "
+                f"z={v2.z_read:.1f} there, short of the peer rule's cut), round 1: "
+                f"{_label(v.reason, 'round-1')} [{basis}]"
+            )
+            signals = (*v.signals, *(t for t in v2.signals if t not in v.signals))
+            merged.append(
+                replace(
+                    v2,
+                    status=Status.SLOW_READ,
+                    confirmed=True,
+                    reason=text,
+                    signals=signals,
+                    baseline=False,
+                )
+            )
         elif (
             (ratio := _read_ratio(v2)) is not None
             and ratio < borderline
@@ -278,6 +297,24 @@ def _close_then_gap(v1: Verdict, v2: Verdict, borderline: float) -> bool:
         return False
     ratio = _read_ratio(v2)
     return ratio is not None and ratio >= borderline**4
+
+
+def _gap_twice(v1: Verdict, v2: Verdict, borderline: float) -> bool:
+    """Round 1 found the seq read below the peer gap (``peer_read``: under ``borderline``
+    squared, 0.5x, and past the z cut), and round 2 read it below the gap again, though its
+    z missed the cut, and not at the node's usual place: below half its peers twice is no
+    transient (off with the both-rounds weighing, ``borderline`` 0). Issue 44, the prolog
+    matrix on the mixed fleet (2026-12-03 19:50): a 3x reader read 0.41x in round 1 (z
+    -11.5 beside the healthy bulk) and 0.32x in round 2, where another suspect and 5
+    unpaced references' spread kept its z short, and was ``DEGRADED borderline``."""
+    if borderline <= 0 or "peer_read" not in v1.signals or counts_as_slow(v2):
+        return False
+    gap = borderline**2
+    ratio, first = _read_ratio(v2), _read_ratio(v1)
+    if ratio is None or first is None or v2.z_read is None:
+        return False
+    at_place = v2.own_place is not None and v2.own_place >= borderline
+    return first < gap and ratio < gap and not at_place
 
 
 def _round1_for_skipped(v2: Verdict, v1: Verdict) -> tuple[Verdict, tuple[str, ...]]:
