@@ -20,6 +20,7 @@ from screener.verdict.confirm import (
     SLOW,
     SLOWER_DEVICE_TAG,
     USUAL_PLACE_TAG,
+    WRITE_TAGS,
     confirm,
     counts_as_slow,
     is_suspect,
@@ -390,10 +391,10 @@ def evaluate(
     if peers.ratio_crowd:  # decided once, from the same ratios, in _peers
         crowd = _shared_ratio(verdicts, w_r, policy)
         shared_reason = "; ".join(r for r in (shared_reason, crowd) if r)
-    if level is not None and level < SHARED_HISTORY_LEVEL:
+    reads_below = level is not None and level < SHARED_HISTORY_LEVEL
+    if level is not None and reads_below:
         below = _shared_history(verdicts, ratios, policy, level)
         shared_reason = "; ".join(r for r in (shared_reason, below) if r)
-    reads_below = level is not None and level < SHARED_HISTORY_LEVEL
     if shared_reason and (slow_reads or peers.ratio_crowd or reads_below):
         known = {n for n in reads if learned_place(n, levels, policy.min_peers) is not None}
         _masked_writers(verdicts, peers, policy, known)
@@ -488,16 +489,15 @@ def _shared_cause(
     return reason
 
 
-# Tags of a write finding and of the shared-cause passes; every other tag is a read-side
-# finding (a read rule, the write/read ratio).
-_NOT_READ_TAGS = frozenset({"peer_write", "abs_write", SHARED_CAUSE_TAG, "outlier"})
+# A write rule's tags; every other finding is on the read side (a read rule, the ratio).
+_WRITE_ONLY_TAGS = WRITE_TAGS - {"ratio"}
 
 
 def _slow_reads(verdicts: Iterable[Verdict]) -> bool:
     """Whether most nodes that count as slow (confirm.counts_as_slow) have a read-side
     finding (a read rule, the write/read ratio): a shared cause among them is on the reads."""
     slow = [v for v in verdicts if counts_as_slow(v)]
-    return 2 * sum(1 for v in slow if set(v.signals) - _NOT_READ_TAGS) > len(slow)
+    return 2 * sum(1 for v in slow if set(v.signals) - _WRITE_ONLY_TAGS) > len(slow)
 
 
 def _masked_writers(
