@@ -244,6 +244,11 @@ class SweepPolicy:
     rolling_nodes: int = 4  # at most this many nodes per rolling job
     rolling_age_s: float = 1800.0  # re-probe an idle node this long after its last pass
     rolling_nice: int = 10000  # sbatch --nice: every user job waiting for a node goes first
+    # The nightly sweep's short reads of the prolog's triage recipe (issue 44), after its full
+    # probe, of the nodes it passed: their usual place and tail under the triage's recipe,
+    # so a slower drive model is not escalated to the full probe on its first jobs. As many
+    # as the nodes lack of rules.MIN_HISTORY, at least one, at most this many (0 = off).
+    triage_reads: int = 3
 
 
 @dataclass(frozen=True)
@@ -476,6 +481,7 @@ _BOUNDS: dict[str, tuple[float, float, bool]] = {
     "sweep.rolling_nodes": (1, 100_000, False),
     "sweep.rolling_age_s": (0, _YEAR, False),
     "sweep.rolling_nice": (0, 2_147_483_645, False),
+    "sweep.triage_reads": (0, 10, False),
     "sweep.deep_max_excursion": (0, 10, True),
     "sweep.deep_max_slope": (0, 10, True),
     "ingest.min_phase_s": (0, _DAY, False),

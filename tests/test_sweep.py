@@ -19,7 +19,10 @@ from sqlalchemy import select
 
 from deploy.minicluster import argv as node_argv
 from deploy.minicluster.records import Records
+from screener.policy import load_policy
+from screener.probe.fio import recipe_fingerprint
 from screener.probe_data import Status
+from screener.prolog.triage import triage_policy
 from screener.store import open_store
 from screener.store.slurm_records import SlurmRecords
 from screener.store.tables import RunRecord
@@ -109,7 +112,7 @@ def _resumed_after_k_passes(
     assert "no screener-drained idle node to probe" in submitter, log  # judged by the job
     assert set(re.findall(r"slurm backend (\w+)", log)) == {backend}, log
     with open_store(db) as store:
-        run = store.latest_runs(1)[0]
+        learning, run = _learning_runs(store)
         assert run.trigger.value == "sweep" and run.node_count == len(cluster.nodes)
         assert run.n_slow == 1 and run.n_unknown == 0
         # the fault does not spread: on this loaded 2-core host, noise may leave one healthy
@@ -123,10 +126,21 @@ def _resumed_after_k_passes(
         probes = store.run_probes(run.id)
         assert {p.node for p in probes if p.usable} == set(cluster.nodes)
         assert [e[0] for e in SlurmRecords(store).episodes(slow)] == ["sweep"]
+        # issue 44: then three short reads of the triage's recipe of the nodes it passed,
+        # each kept with the full probe's decision as that recipe's history (sweep/learn.py)
+        tails = store.read_tails(cluster.nodes, 3, _triage_recipe(config))
+    kept = {n for n, t in tails.items() if len(t) == 3}
+    assert len(learning) == 3 and "the sweep's short read 3 of 3" in job, job
+    assert slow not in kept and not tails[slow], job  # its full probe found it: not read
+    # a noisy window may keep one healthy node's read out (the log says why), not two
+    assert len(kept) >= len(cluster.nodes) - 2 and kept <= {v.node for v in others}, job
 
     cluster.heal(slow)
     submitter, job = _sweep(cluster, config, tmp_path)
     log = submitter + job
+    held = [n for n in cluster.nodes if n != slow]
+    if len(kept) == len(held):  # every held node has its three: none taken
+        assert "hold their triage history, none taken" in job, log
     job_says = f"drained nodes {slow} are probed by the submitting host"
     assert job_says in job and "probed over SSH" not in job, log
     assert f"screener-drained idle nodes probed over SSH from this host: {slow}" in submitter
@@ -144,9 +158,24 @@ def _resumed_after_k_passes(
             runs = conn.execute(select(RunRecord.policy).order_by(RunRecord.id)).scalars().all()
     # five sweep runs: the job's three held every idle node with the local transport and no
     # key; the submitting host's two probed the drained node over SSH with its key
+    runs = [r for r in runs if "sweep_learning" not in r]  # the job's short reads, above
     kinds = [(r["transport"]["kind"], r["transport"]["client_keys"]) for r in runs]
     key = [str(tmp_path / "key" / "id_ed25519")]
     assert kinds == [("local", [])] * 2 + [("asyncssh", key), ("local", []), ("asyncssh", key)]
+
+
+def _learning_runs(store: Any) -> tuple[list[Any], Any]:
+    """(the learning reads' runs, the screen's run) of the latest sweep job."""
+    runs = store.latest_runs(6)
+    with store.engine.connect() as conn:
+        rows = conn.execute(select(RunRecord.id, RunRecord.policy)).all()
+    learning_ids = {i for i, policy in rows if "sweep_learning" in policy}
+    learning = [r for r in runs if r.id in learning_ids]
+    return learning, next(r for r in runs if r.id not in learning_ids)
+
+
+def _triage_recipe(config: Path) -> str:
+    return recipe_fingerprint(triage_policy(load_policy(config)).probe)
 
 
 def test_sweep_with_the_database_down_spools_and_drains_nobody(

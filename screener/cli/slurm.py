@@ -68,6 +68,12 @@ def register(sub: Subparsers) -> None:
     pr.add_argument(
         "--remove-file", action="store_true", help="only remove the probe file (keep_file=false)"
     )
+    pr.add_argument(
+        "--triage",
+        type=_reads,
+        metavar="N",
+        help="N short reads of the prolog's triage recipe, one after another (sweep learning)",
+    )
     pr.set_defaults(handler=probe)
     d = sub.add_parser("doctor", help="which Slurm backend is used and why; config in force")
     d.add_argument("--json", action="store_true")
@@ -216,8 +222,19 @@ def probe(args: argparse.Namespace, console: Console) -> int:
     if args.remove_file:
         remove_file_here(policy)
         return 0
-    print(probe_here(policy, deep=args.deep), flush=True)
+    print(probe_here(policy, deep=args.deep, triage=args.triage or 0), flush=True)
     return 0
+
+
+def _reads(text: str) -> int:
+    """--triage N: a count of short reads, 1..10 (sweep.triage_reads' range)."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if not 1 <= n <= 10:
+        raise argparse.ArgumentTypeError(f"must be 1..10, not {n}")
+    return n
 
 
 def release(args: argparse.Namespace, console: Console) -> int:

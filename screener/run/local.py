@@ -1,5 +1,6 @@
 """Run the probe on this node (the sweep's Slurm step): the pipeline's own probe_node, and in
-deep mode the one steady-state loop (screener.steady); or remove the probe file."""
+deep mode the one steady-state loop (screener.steady), or the prolog's triage recipe a few
+times over (the sweep's learning reads, sweep/learn.py); or remove the probe file."""
 
 from __future__ import annotations
 
@@ -9,17 +10,23 @@ import socket
 from screener.pipeline import probe_node, remove_probe_files
 from screener.policy import Policy
 from screener.probe.lines import node_lines
+from screener.prolog.triage import triage_policy
 from screener.steady import deep_rounds
 from screener.transport.local import LocalTransport
 
 
-def probe_here(policy: Policy, deep: bool) -> str:
-    """This node's probe as short lines (deep: rounds until steady state or the cap)."""
+def probe_here(policy: Policy, deep: bool, triage: int = 0) -> str:
+    """This node's probe as short lines (deep: rounds until steady state or the cap;
+    ``triage``: that many rounds of the triage's recipe instead, one after another)."""
     node = socket.gethostname()
 
     async def go() -> str:
         transport = LocalTransport()
         try:
+            if triage:
+                short = triage_policy(policy)
+                rounds = [await probe_node(transport, node, short) for _ in range(triage)]
+                return "\n".join(node_lines(node, rounds, None))
             if deep:
                 rounds, steady = await deep_rounds(
                     lambda: probe_node(transport, node, policy), policy.sweep

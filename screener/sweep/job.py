@@ -39,6 +39,7 @@ from screener.store.slurm_records import SlurmRecords
 from screener.store.trend_marks import refresh_marks
 from screener.sweep.drained import drained_idle
 from screener.sweep.due import drain_due
+from screener.sweep.learn import Learning
 from screener.sweep.mode import SweepMode, submit_argv
 from screener.sweep.step import StepProber, srun_probe_argv, step_results
 from screener.sweep.submit import idle_nodes, submit_sweep
@@ -155,7 +156,28 @@ class Sweep:
         result = app.run_screen(request)
         if store is not None:
             refresh_trend_marks(store, self.policy, result, self.held, self.log)
+            self._learn(store, result)
         return result
+
+    def _learn(self, store: Store, result: ScreenResult) -> None:
+        """The nightly sweep's learning reads of the nodes it passed (sweep/learn.py): with the
+        triage on, ``sweep.triage_reads`` above 0, and this run stored. Never fails the sweep:
+        an error is one log line, and the triage compares with what it had."""
+        sw, pp = self.policy.sweep, self.policy.prolog
+        if self.mode.rolling or not sw.triage_reads or not pp.triage:
+            return
+        if result.run_id is None or result.store_error:
+            self.log("learning reads not taken: this sweep's run is not in the database")
+            return
+        started = time.monotonic()
+        try:
+            Learning(self.policy, store, self.trigger, self.job_id, self.mode.config, self.log).run(
+                result, self.held
+            )
+        except Exception as exc:  # history for the triage never fails the sweep
+            self.log(f"learning reads stopped ({describe_error(exc)}): the triage keeps its own")
+            return
+        self.log(f"learning reads done in {time.monotonic() - started:.1f} s")
 
     def _act(
         self, records: SlurmRecords | None, result: ScreenResult, every: Mapping[str, SlurmNode]

@@ -23,10 +23,15 @@ STEP_SLACK_S = 120.0  # on top of the probe time bound, for srun to start its ta
 
 
 def srun_probe_argv(
-    nodes: Sequence[str], deep: bool, config: str | None = None, remove_file: bool = False
+    nodes: Sequence[str],
+    deep: bool,
+    config: str | None = None,
+    remove_file: bool = False,
+    triage: int = 0,
 ) -> list[str]:
     """One Slurm step over ``nodes``: one task per node, each probing its own node with the
-    sweep's own policy file (given explicitly: no task reads it from its environment)."""
+    sweep's own policy file (given explicitly: no task reads it from its environment);
+    ``triage``: that many short reads of the triage's recipe instead (sweep/learn.py)."""
     return [
         "srun",
         f"--nodes={len(nodes)}",  # exactly these nodes ...
@@ -42,16 +47,17 @@ def srun_probe_argv(
         "--json",
         *(["--remove-file"] if remove_file else []),  # keep_file = false, after the last round
         *(["--deep"] if deep else []),
+        *(["--triage", str(triage)] if triage else []),  # the learning reads, one after another
     ]
 
 
-def step_timeout_s(policy: Policy, deep: bool) -> float:
+def step_timeout_s(policy: Policy, deep: bool, rounds: int = 1) -> float:
     """Bound on one step: per round the fio run plus a command timeout each for preflight
-    and fio (as probe_node's own timeouts), deep_max_rounds rounds in deep mode, the one-off
-    layout, and srun's start-up."""
+    and fio (as probe_node's own timeouts), deep_max_rounds rounds in deep mode (else
+    ``rounds``), the one-off layout, and srun's start-up."""
     pp, slack = policy.probe, policy.transport.command_timeout_s
     per_round = probe_duration_s(pp, policy_jobs(pp)) + 2 * slack
-    rounds = policy.sweep.deep_max_rounds if deep else 1
+    rounds = policy.sweep.deep_max_rounds if deep else rounds
     return rounds * per_round + layout_timeout_s(pp, slack) + STEP_SLACK_S
 
 
