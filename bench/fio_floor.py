@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from screener.policy import Policy
 from screener.probe.fio import fio_argv, layout_argv, policy_jobs, probe_duration_s
 from screener.probe.sentinel import sentinel_argv
-from screener.prolog.triage import short_read_depth, triage_policy
+from screener.probe.short import short_read_depth, triage_policy
 
 RESULTS = Path(__file__).resolve().parent / "results" / "fio_floor.json"
 

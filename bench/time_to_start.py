@@ -40,6 +40,11 @@ times (rules.MIN_HISTORY: a node's usual place among its peers counts from three
 site's sweeps leave it: no verdict is fresh, so every prolog probes, but the triage has
 history to compare with besides the peers.
 
+A "+sweep" mode (with +history) then runs one real nightly sweep over the 10 idle nodes
+(`screener sweep --submit --wait`: its full probe, then its learning reads of the triage's
+recipe, sweep/learn.py) and moves the store 2 h back: what a site's sweeps leave, the
+triage's own history included, none fresh. Its wall is reported apart ("nightly_sweep_wall_s").
+
 A "+learned" mode (with +history) then runs DD_READINGS_MIN healthy jobs over every node,
 moving the store 2 h back before each and after the last (none is fresh, so each triages):
 a site's earlier screened jobs, hours apart, from which the triage learns
@@ -89,6 +94,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from deploy.minicluster import ClusterHandle
 from screener import __version__
 from screener.hostlist import expand_nodeset, fold_nodes
+from screener.policy import SweepPolicy
 from screener.prolog.sentinel import DD_READINGS_MIN
 from tests.hooked_cluster import (
     ACTIVE,
@@ -340,7 +346,8 @@ def config(
         prolog=prolog,
         transport={"command_timeout_s": 120.0},
         verdict=verdict,
-        sweep={"rolling_nodes": NODES},  # +rolling: one rolling job makes every node fresh
+        # +rolling: one rolling job makes every node fresh; +sweep: the shipped learning reads
+        sweep={"rolling_nodes": NODES, "triage_reads": SweepPolicy().triage_reads},
     )
 
 
@@ -425,16 +432,19 @@ def age_store(path: Path, by: timedelta) -> None:
                 db.execute(f"UPDATE {table} SET {column} = ? WHERE rowid = ?", (moved, rowid))
 
 
-def rolling(cluster: ClusterHandle, cfg: Path, out: Path) -> float:
-    """One rolling sweep over every idle node (all healthy); its wall (submit -> end)."""
+def rolling(cluster: ClusterHandle, cfg: Path, out: Path, nightly: bool = False) -> float:
+    """One rolling sweep over every idle node (all healthy), or the nightly one (``nightly``:
+    its full probe, then its learning reads of the triage's recipe, sweep/learn.py); its
+    wall (submit -> end)."""
     t0 = time.monotonic()
     res = run_screener(
-        cluster, cfg, "sweep", "--submit", "--wait", "--rolling",
+        cluster, cfg, "sweep", "--submit", "--wait", *([] if nightly else ["--rolling"]),
         "--script", str(REPO / "jobs" / "sweep.sbatch"), cwd=out,
     )  # fmt: skip
     logs = "".join(p.read_text() for p in sorted(out.glob("slurm-*.out")))
     if res.returncode != 0 or f"holds {fold_nodes(cluster.nodes)}" not in logs:
-        raise SystemExit(f"the rolling sweep did not hold every node: {res.stderr}{logs}")
+        kind = "nightly" if nightly else "rolling"
+        raise SystemExit(f"the {kind} sweep did not hold every node: {res.stderr}{logs}")
     return round(time.monotonic() - t0, 1)
 
 
@@ -480,10 +490,11 @@ def case(
             # +history: as a site's sweeps leave it
             for _ in range(SWEEPS_SEEN):  # rules.MIN_HISTORY: a node's usual place counts
                 seen_by_the_sweep(cluster, cfg, db, per_node=fleet.history_mb_s)
+        swept = rolling(cluster, cfg, out, nightly=True) if "sweep" in plus else None
         rolled = rolling(cluster, cfg, out) if "rolling" in plus else None
-        aged = out / "screener.db" if "learned" in plus else None
+        aged = out / "screener.db" if {"learned", "sweep"} & set(plus) else None
         learned = learning(cluster, out, log, aged) if {"rolling", "learned"} & set(plus) else None
-        if aged is not None:  # those screens as a site's earlier jobs leave them: not fresh
+        if aged is not None:  # those screens as a site's earlier ones leave them: not fresh
             age_store(aged, timedelta(hours=2))
         if slow:
             cluster.inject(cluster.nodes[0], "slow_read", fleet.slow)
@@ -517,6 +528,7 @@ def case(
         "ran_on": sorted(hosts.read_text().split()) if hosts.exists() else [],
         "escalated": "after the triage, beside" in text,
         "rolling_wall_s": rolled,
+        "nightly_sweep_wall_s": swept,
         "learning_prolog_walls_s": learned,
         "hookd": hookd is not None and "hookd not used" not in text,
         "log": text.splitlines(),
@@ -543,7 +555,8 @@ def main() -> int:
         " +rolling one rolling sweep over every node first (all fresh), +history every"
         " node's full-probe baseline of 2 h ago (history, none fresh), +learned (with"
         " +history) three healthy jobs over every node first, aged 2 h (the triage has"
-        " learned each node's place; none fresh), +qdN [prolog]"
+        " learned each node's place; none fresh), +sweep (with +history) one nightly sweep"
+        " first (its learning reads included), aged 2 h, +qdN [prolog]"
         " seq_iodepth N (the sentinel's and the triage's sequential queue depth), +hookd"
         " every hook through `screener hookd`",
     )
@@ -564,12 +577,23 @@ def main() -> int:
     if any(
         m.split("+")[0].partition(":")[0] not in ("default", "off", "on")
         or not {p for p in m.split("+")[1:] if not re.fullmatch(r"qd[1-9][0-9]*", p)}
-        <= {"write", "norand", "confirmall", "decisive", "rolling", "history", "learned", "hookd"}
+        <= {
+            "write",
+            "norand",
+            "confirmall",
+            "decisive",
+            "rolling",
+            "history",
+            "learned",
+            "sweep",
+            "hookd",
+        }
         for m in modes
     ):
         raise SystemExit(
             "--modes: default, off, on or on:BS"
-            " (+write, +norand, +confirmall, +decisive, +rolling, +history, +learned, +qdN,"
+            " (+write, +norand, +confirmall, +decisive, +rolling, +history, +learned, +sweep,"
+            " +qdN,"
             " +hookd),"
             f" not {args.modes!r}"
         )
@@ -643,6 +667,7 @@ def main() -> int:
                     "prolog_walls_s": [r["prolog_walls_s"] for r in mine],
                     "healthy_full_probes": [r["healthy_full_probes"] for r in mine],
                     "rolling_wall_s": [r["rolling_wall_s"] for r in mine],
+                    "nightly_sweep_wall_s": [r["nightly_sweep_wall_s"] for r in mine],
                     "slow_node_kept_out": all("node01" not in r["ran_on"] for r in mine)
                     if name == "slow"
                     else None,

@@ -180,6 +180,9 @@ def write_config(path: Path, cluster: ClusterHandle, db: str, log: Path, **secti
         "store": {"url": db, "spool_dir": str(path.parent / "spool")},
         "prolog": {"log_file": str(log), "budget_s": 120.0, "iostat_interval_s": 1},
         "slurm": {"partition_max_drain_fraction": 0.5},
+        # The nightly sweep's learning reads (sweep/learn.py) are tests/test_sweep.py's and
+        # the benches'; elsewhere they would add runs no test counts, and 5-8 s a first sweep.
+        "sweep": {"triage_reads": 0},
     }
     for name, values in sections.items():
         base.setdefault(name, {}).update(values)

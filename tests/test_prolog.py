@@ -19,8 +19,8 @@ from deploy.minicluster import ClusterHandle
 from screener.hostlist import expand_nodeset, fold_nodes
 from screener.policy import Policy, load_policy
 from screener.probe.fio import recipe_fingerprint
+from screener.probe.short import triage_policy
 from screener.probe_data import RunSummary, Status, Trigger, Verdict
-from screener.prolog.triage import triage_policy
 from screener.store import open_store
 from screener.store.run_views import PROLOG_PROBES, run_detail
 from screener.store.slurm_records import SlurmRecords

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from screener.hostlist import fold_nodes
 from screener.policy import Policy, PrologPolicy
 from screener.probe.sentinel import SentinelResult
+from screener.probe.short import triage_policy
 from screener.probe_data import RunSummary, Status, Verdict
 from screener.prolog import plan
 from screener.prolog.plan import (
@@ -32,7 +33,7 @@ from screener.prolog.plan import (
     second_look,
     usual_lines,
 )
-from screener.prolog.triage import full_probe_fits, triage_cost, triage_policy
+from screener.prolog.triage import full_probe_fits, triage_cost
 
 ON = Policy()  # triage and sentinel on by default
 OFF = replace(ON, prolog=replace(ON.prolog, triage=False))

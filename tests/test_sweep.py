@@ -21,8 +21,8 @@ from deploy.minicluster import argv as node_argv
 from deploy.minicluster.records import Records
 from screener.policy import load_policy
 from screener.probe.fio import recipe_fingerprint
+from screener.probe.short import triage_policy
 from screener.probe_data import Status
-from screener.prolog.triage import triage_policy
 from screener.store import open_store
 from screener.store.slurm_records import SlurmRecords
 from screener.store.tables import RunRecord
@@ -91,7 +91,7 @@ def test_sweep_drains_slow_node_then_resumes_it_after_k_passes(
         transport = {"client_keys": [str(key)]}
         write_config(
             config, cluster, db, tmp_path / "log",
-            sweep={"resume_after": 2}, slurm=slurm, transport=transport,
+            sweep={"resume_after": 2, "triage_reads": 3}, slurm=slurm, transport=transport,
         )  # fmt: skip
         on_node = cluster.ssh(cluster.nodes[1], "test", "-e", str(key), check=False)
         assert key.is_file() and on_node.returncode == 1, on_node  # here, not on a node

@@ -75,7 +75,7 @@ def test_a_triage_without_history_of_its_own_reads_the_full_probes(db_store: Sto
     with its full-probe seq reads (store.history.past_figures ``also``), a node with some keeps
     its own: without this, an allocation slow all at once passed its triage as OK."""
     from screener.policy import Policy
-    from screener.prolog.triage import triage_policy
+    from screener.probe.short import triage_policy
 
     full = Policy()
     short = triage_policy(full)

@@ -15,8 +15,9 @@ import pytest
 from screener.errors import ConfigError
 from screener.policy import Policy, VerdictPolicy, load_policy
 from screener.probe.fio import JOBS
+from screener.probe.short import triage_policy
 from screener.probe_data import NodeProbe, RunSummary, Status, Verdict
-from screener.prolog.triage import ambiguous, triage_policy
+from screener.prolog.triage import ambiguous
 from screener.verdict.confirm import (
     confirm_jobs,
     counts_as_slow,

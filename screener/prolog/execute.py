@@ -32,6 +32,7 @@ from screener.hooks.start_iostat import start_job_iostat
 from screener.hostlist import fold_nodes
 from screener.policy import Policy
 from screener.probe.fio import recipe_fingerprint
+from screener.probe.short import triage_policy
 from screener.probe_data import Trigger
 from screener.prolog import plan
 from screener.prolog.plan import EXIT_REQUEUE, Deadline, Known
@@ -42,7 +43,6 @@ from screener.prolog.sentinel import (
     sentinel_then_iostat,
     usual_reads,
 )
-from screener.prolog.triage import triage_policy
 from screener.slurm.client import SlurmClient, SlurmJob
 from screener.spool import SPOOLED_NOTE, SpooledDrains, run_path
 from screener.store import Store

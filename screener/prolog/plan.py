@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 
 from screener.hostlist import fold_nodes
 from screener.policy import Policy, ProbePolicy
+from screener.probe.short import triage_policy
 from screener.probe_data import Status
 from screener.prolog import triage
 from screener.prolog.rules import fast_path
@@ -253,7 +254,7 @@ def first_screen(
         fresh = [n for n in passed if n not in failed]
     return Screen(
         tuple(tri),
-        triage.triage_policy(policy),
+        triage_policy(policy),
         "triage",
         tuple(held),
         also,

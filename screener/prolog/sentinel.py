@@ -32,7 +32,7 @@ from screener.probe.sentinel import (
     parse_dd,
     sentinel_argv,
 )
-from screener.prolog.triage import short_read_depth, triage_policy
+from screener.probe.short import short_read_depth, triage_policy
 from screener.slurm.client import SlurmJob
 from screener.store.history import history_window, own_history
 from screener.store.slurm_records import SlurmRecords

@@ -16,41 +16,14 @@ Pure decisions here; the prolog runs the screens.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence, Set
-from dataclasses import replace
 
 from screener.policy import Policy
 from screener.probe.fio import policy_jobs, probe_duration_s
+from screener.probe.short import triage_policy
 from screener.probe_data import RunSummary, Status, Verdict
 from screener.verdict.confirm import NOT_SUSPECT_TAGS, USUAL_PLACE_TAG, references
 from screener.verdict.rules import borderline_level
 from screener.verdict.usual import RELATIVE_TAGS
-
-
-def triage_policy(policy: Policy) -> Policy:
-    """The policy of a triage screen: the read jobs (the write too with ``triage_write``, the
-    random read only with ``triage_rand_read``), shortened to the triage's ramp and runtime,
-    sequential jobs in ``triage_seq_bs`` blocks and at ``seq_iodepth`` if set (a recipe of
-    its own: history compares triage with triage, else with the full probe's seq reads)."""
-    pp = policy.prolog
-    probe = replace(
-        policy.probe,
-        ramp_s=pp.triage_ramp_s,
-        rand_ramp_s=pp.triage_rand_ramp_s,
-        runtime_s=pp.triage_runtime_s,
-        seq_bs=pp.triage_seq_bs or policy.probe.seq_bs,
-        seq_iodepth=short_read_depth(policy),
-        seq_write=policy.probe.seq_write and pp.triage_write,
-        rand_read=policy.probe.rand_read and pp.triage_rand_read,
-    )
-    # A short read's peer-relative finding on a node at its usual place is a doubt for the
-    # full probe, never a drain (verdict.judge.usual_doubt).
-    return replace(policy, probe=probe, verdict=replace(policy.verdict, short_read=True))
-
-
-def short_read_depth(policy: Policy) -> int:
-    """The queue depth of the prolog's short sequential reads (the sentinel's, the
-    triage's): ``[prolog] seq_iodepth``, else the probe's own sequential depth."""
-    return policy.prolog.seq_iodepth or policy.probe.seq_iodepth
 
 
 def plan(

@@ -10,7 +10,7 @@ import socket
 from screener.pipeline import probe_node, remove_probe_files
 from screener.policy import Policy
 from screener.probe.lines import node_lines
-from screener.prolog.triage import triage_policy
+from screener.probe.short import triage_policy
 from screener.steady import deep_rounds
 from screener.transport.local import LocalTransport
 

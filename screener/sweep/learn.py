@@ -25,8 +25,8 @@ from screener.hostlist import fold_nodes
 from screener.pipeline import Rounds, ScreenResult
 from screener.policy import Policy, VerdictPolicy
 from screener.probe.fio import recipe_fingerprint
+from screener.probe.short import triage_policy
 from screener.probe_data import NodeProbe, RunSummary, Status, Trigger, Verdict
-from screener.prolog.triage import triage_policy
 from screener.store import Store
 from screener.store.history import history_window, past_figures, past_tails
 from screener.sweep.step import srun_probe_argv, step_results, step_timeout_s
