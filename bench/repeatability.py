@@ -215,9 +215,17 @@ def prolog(cluster: ClusterHandle, cfg: Path, count: int = NODES) -> dict[str, A
     last: dict[str, Any] = {}
     with open_store(url) as store:
         runs = [r for r in store.latest_runs(20) if r.job_id == str(job)]
+        seen: dict[str, list[dict[str, Any]]] = {}
         for r in reversed(runs):  # oldest first: the escalation's verdict wins
             for v in store.run_verdicts(r.id):
+                # every screen of the node in this job (triage, second look, full probe), so
+                # a healthy node's drain can be traced to the screen that began it
+                screens = seen.setdefault(v.node, [])
+                screens.append(
+                    {"status": v.status.value, "signals": list(v.signals), "reason": v.reason[:240]}
+                )
                 last[v.node] = {
+                    "screens": screens,
                     "node": v.node,
                     "status": v.status.value,
                     "read_mb_s": v.read_mb_s,
@@ -529,6 +537,7 @@ def main() -> int:
                                         "reason": v.get("reason", "")[:300],
                                         "screen_wall_s": wall,
                                         "escalated": v.get("escalated", False),
+                                        "screens": v.get("screens", []),
                                     }
                                 )
                             this = [
