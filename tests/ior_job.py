@@ -53,10 +53,22 @@ def submit_ior(
         "IOR_ITER": str(iterations),
         "SLURM_MPI_TYPE": "pmix",
         "SLURM_PMIX_TMPDIR": cluster.scratch,  # per node: the nodes share /tmp
-        # PMIx's shared-memory store (gds ds21) segfaults now and then in start-up
-        # ("Failing at address: (nil)", openpmix#1114, ompi#7516): a rank died so in 2 CI
-        # runs and the job hung. The hash store keeps each client's data in its own memory.
-        # It did not stop the crash: CI on defa456 saw it again with this set (docs/ingest.md).
+        # A rank segfaulted in MPI_Init about 1 CI run in 3 ("Failing at address: (nil)").
+        # Its core (2026-12-04): ompi_mpi_init -> opal_progress -> btl/tcp calls ob1's MATCH
+        # callback (tag 0x41) before ob1 has registered it (NULL): a peer that had left
+        # MPI_Init already sent its first Allreduce. It could leave early because MPI_Init's
+        # closing barrier is a PMIx fence without data, which Slurm's mpi/pmix ("mixed", the
+        # default) runs as its tree collective, and 22.05 makes every node a childless root
+        # when TreeWidth (50) exceeds the step's node count: each stepd releases its own rank
+        # at once (stepd debug log: "local=1, child_cntr=0", then "local delivery", on all 4
+        # nodes). The ring collective waits for every node. Measured on the emulated cluster,
+        # 4 nodes: 1 start-up segfault in 40 jobs/ior.sbatch runs as before, 0 in 85 with
+        # ring; with one rank's first fence release held back 300 ms (an LD_PRELOAD shim), 10
+        # of 10 srun launches (4 of them IOR) segfaulted so as before, 0 of 10 with ring.
+        # jobs/ior.sbatch sets it too (a real site's small IOR job has the same barrier).
+        "SLURM_PMIX_FENCE": "ring",
+        # Kept from before the cause was known (PMIx's shared-memory store was suspected):
+        # every ring run above had it set, so it stays until a loop shows it is not needed.
         "PMIX_MCA_gds": "hash",
         "OMPI_ALLOW_RUN_AS_ROOT": "1",
         "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
