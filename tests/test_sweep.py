@@ -131,6 +131,8 @@ def _resumed_after_k_passes(
         tails = store.read_tails(cluster.nodes, 3, _triage_recipe(config))
     kept = {n for n, t in tails.items() if len(t) == 3}
     assert len(learning) == 3 and "the sweep's short read 3 of 3" in job, job
+    shown = run_screener(cluster, config, "show", str(learning[-1].id)).stdout
+    assert "sweep mode: the sweep's short read 1 of 3: the prolog triage's recipe" in shown
     assert slow not in kept and not tails[slow], job  # its full probe found it: not read
     # a noisy window may keep one healthy node's read out (the log says why), not two
     assert len(kept) >= len(cluster.nodes) - 2 and kept <= {v.node for v in others}, job

@@ -10,6 +10,7 @@ import pytest
 from screener.cli import main
 from screener.policy import VerdictPolicy
 from screener.probe_data import Status, Verdict
+from screener.store.run_views import sweep_mode
 from screener.sweep.learn import reads_wanted, vouched
 from screener.sweep.step import srun_probe_argv
 
@@ -84,3 +85,8 @@ def test_a_bad_count_is_one_line_and_probes_nothing(
     assert exc.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("screener probe: error: argument --triage:"), err
+
+
+def test_show_run_names_the_learning_read() -> None:
+    shown = sweep_mode({"sweep_learning": LABEL, "probe": {"runtime_s": 0.5}})
+    assert shown is not None and shown.startswith(f"{LABEL}: the prolog triage's recipe")

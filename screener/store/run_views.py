@@ -178,10 +178,17 @@ def rollout(policy: Any) -> str | None:
 def sweep_mode(policy: Any) -> str | None:
     """The mode a sweep stored with its run (runs.policy["sweep_mode"]) as one phrase, or
     which probe a prolog ran (runs.policy["prolog_probe"]: triage, or the full probe of
-    what a triage left ambiguous); None for other runs and for runs stored before."""
+    what a triage left ambiguous), or which learning read of a sweep it holds
+    (runs.policy["sweep_learning"]); None for other runs and for runs stored before."""
     probe = policy.get("prolog_probe") if isinstance(policy, dict) else None
     if probe in PROLOG_PROBES:
         return PROLOG_PROBES[probe]
+    learning = policy.get("sweep_learning") if isinstance(policy, dict) else None
+    if isinstance(learning, str):  # sweep/learn.py
+        return (
+            f"{learning}: the prolog triage's recipe, each read kept with the sweep's full-probe"
+            " decision as that recipe's history"
+        )
     mode = policy.get("sweep_mode") if isinstance(policy, dict) else None
     if not isinstance(mode, dict):
         return None
