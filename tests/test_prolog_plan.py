@@ -162,7 +162,7 @@ def test_sentinels_that_all_pass_keep_the_job_on_the_fast_path_with_their_readin
     assert c.probe == () and c.said == () and c.lines == () and not c.earlier
     assert c.fast is not None and list(c.fast.passed) == list(NODES)
     assert c.fast.notes == {r.node: r.reason for r in results}
-    assert c.fast.line.endswith("passed within 3600s, sentinel as usual, not probed")
+    assert c.fast.line.endswith("passed within 3600s, sentinel as usual (fio 8), not probed")
 
 
 def test_a_failed_sentinel_is_probed_beside_the_steadiest() -> None:
@@ -185,13 +185,23 @@ def test_a_failed_sentinel_with_triage_off_is_probed_alone() -> None:
     assert c.fast is not None and "node03" not in c.fast.passed
 
 
+def test_the_fast_path_counts_its_readers() -> None:
+    results = [sentinel(n, True) for n in NODES]
+    results[:6] = [
+        SentinelResult(r.node, True, f"dd {r.reason}", r.read_bw, r.usual_bw) for r in results[:6]
+    ]
+    c = after_sentinels(results, known(NODES), len(NODES), ON)
+    assert c.fast is not None and "sentinel as usual (dd 6, fio 2), not probed" in c.fast.line
+
+
 def test_sentinels_beside_the_screen_say_so_on_the_fast_path() -> None:
     results = [sentinel("node01", True), sentinel("node02", False, read=30.0)]
     c = after_beside(results, known(NODES), ON)
     assert c.said == (f"node02: {results[1].reason}: full probe",)
     assert c.fast is not None and list(c.fast.passed) == ["node01"]
     assert c.fast.line == (
-        "fast path: node01 passed within 3600s, sentinel as usual (beside the screen), not probed"
+        "fast path: node01 passed within 3600s, sentinel as usual (beside the screen; fio 1),"
+        " not probed"
     )
     assert after_beside([], known(NODES), ON).fast is None  # the screen failed: none ran
 

@@ -418,6 +418,17 @@ def _with_references(
     return [n for n in fresh if n not in refs], [*probe, *refs], lines
 
 
+def _readers(passed: Sequence[str], notes: Mapping[str, str]) -> str:
+    """Which reader each passed node's sentinel used, counted ('dd 6, fio 2'): a node reads
+    with fio until it holds its dd readings (prolog/sentinel.py), slower by fio's start,
+    so a fast path that took longer than usual says why (issue 44)."""
+    read = [notes[n] for n in passed if n in notes]
+    dd = sum(1 for note in read if note.startswith("dd "))
+    return ", ".join(
+        f"{what} {count}" for what, count in (("dd", dd), ("fio", len(read) - dd)) if count
+    )
+
+
 def _fast_path(
     passed: Sequence[str],
     known: Known,
@@ -428,7 +439,10 @@ def _fast_path(
     """The fast path of ``passed`` (every one fresh in ``known``), with what their sentinels
     read (``notes``; none: the sentinel is off)."""
     fresh_s = policy.prolog.fresh_s
-    checked = ", sentinel as usual" + (" (beside the screen)" if beside else "") if notes else ""
+    said = "; ".join(
+        x for x in ("beside the screen" if beside else "", _readers(passed, notes)) if x
+    )
+    checked = f", sentinel as usual{f' ({said})' if said else ''}" if notes else ""
     line = f"fast path: {fold_nodes(passed)} passed within {fresh_s:g}s{checked}, not probed"
     passes = {n: known.last_pass[n] for n in passed}
     return FastPath(MappingProxyType(passes), MappingProxyType(dict(notes)), line)
