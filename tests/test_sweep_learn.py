@@ -5,13 +5,17 @@ its peers in the full probe and 0.35-0.50x in a triage window, with a 4-5x p99."
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from screener.cli import main
-from screener.policy import VerdictPolicy
-from screener.probe_data import Status, Verdict
+from screener.pipeline import ScreenResult
+from screener.policy import Policy, VerdictPolicy
+from screener.probe_data import RunSummary, Status, Trigger, Verdict
+from screener.store import open_store
 from screener.store.run_views import sweep_mode
-from screener.sweep.learn import reads_wanted, vouched
+from screener.sweep.learn import Learning, reads_wanted, vouched
 from screener.sweep.step import srun_probe_argv
 
 POLICY = VerdictPolicy()
@@ -90,3 +94,24 @@ def test_a_bad_count_is_one_line_and_probes_nothing(
 def test_show_run_names_the_learning_read() -> None:
     shown = sweep_mode({"sweep_learning": LABEL, "probe": {"runtime_s": 0.5}})
     assert shown is not None and shown.startswith(f"{LABEL}: the prolog triage's recipe")
+
+
+def test_a_step_that_reads_nothing_keeps_nothing_and_says_so_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The real srun, with an empty Slurm configuration (no cluster to reach; a missing file
+    would have it retry for 60 s): the step fails. What srun said and one summary line, no
+    run stored, and the sweep goes on (Learning.run returns)."""
+    empty = tmp_path / "slurm.conf"
+    empty.write_text("")
+    monkeypatch.setenv("SLURM_CONF", str(empty))
+    nodes = [f"node{i:02d}" for i in range(1, 21)]
+    passed = tuple(Verdict(n, Status.OK, "within peers", baseline=True) for n in nodes)
+    result = ScreenResult(1, RunSummary(verdicts=passed), {}, 1, 5.0)
+    said: list[str] = []
+    with open_store(f"sqlite:///{tmp_path}/screener.db", upgrade=True) as store:
+        Learning(Policy(), store, Trigger.SWEEP, "42", None, said.append).run(result, nodes)
+        assert store.latest_runs(5) == []
+    assert said[-1].startswith("learning reads: no node read (") and len(said) <= 2, said
+    assert said[0].startswith("learning reads: Slurm step exited 1: srun: ") and len(said) == 2
+    assert "\n" not in said[0] and "ClusterName needs to be specified" in said[0], said

@@ -39,6 +39,7 @@ from screener.verdict.usual import RELATIVE_TAGS
 # What a short read may find on a node the full probe just passed and still be its own: its
 # place among the round, its tail (what is being learned), a close call.
 LEARNABLE_TAGS = RELATIVE_TAGS | {USUAL_PLACE_TAG, "close_call"}
+NAMED = 8  # reads not kept, named one line each per round; the rest are counted
 
 
 def reads_wanted(have: Mapping[str, int], cap: int) -> int:
@@ -127,6 +128,10 @@ class Learning:
             self.log(f"learning reads: {fold_nodes(nodes)} hold their triage history, none taken")
             return
         got = asyncio.run(self._step(nodes, count))
+        if not any(p.usable for r in got.values() for p in r.probes):
+            first = next(iter(got.values())).last.error if got else None
+            self.log(f"learning reads: no node read ({first or 'no output'}), none kept")
+            return
         for k in range(count):
             probes = [_nth(got[n], k, n, recipe) for n in nodes]
             self._keep(probes, main, f"the sweep's short read {k + 1} of {count}")
@@ -145,7 +150,8 @@ class Learning:
         finally:
             await local.close()
         if res.exit_status != 0:
-            self.log(f"learning reads: Slurm step exited {res.exit_status}: {res.stderr[-300:]}")
+            said = " | ".join(line.strip() for line in res.stderr.splitlines() if line.strip())
+            self.log(f"learning reads: Slurm step exited {res.exit_status}: {said[-300:]}")
         return step_results(res.stdout, nodes, recipe)
 
     def _keep(self, probes: Sequence[NodeProbe], main: Mapping[str, Verdict], label: str) -> None:
@@ -156,12 +162,17 @@ class Learning:
         tails = past_tails(self.store, nodes, self.short, now)
         summary = evaluate(probes, history, self.short.verdict, fleet, tails=tails)
         kept: list[Verdict] = []
+        left: list[str] = []
         for v in summary.verdicts:
             said = vouched(main[v.node], v, self.short.verdict, label)
             if isinstance(said, str):
-                self.log(f"{v.node}: {label} not kept as history: {said}")
+                left.append(f"{v.node}: {label} not kept as history: {said}")
             else:
                 kept.append(said)
+        for line in left[:NAMED]:
+            self.log(line)
+        if len(left) > NAMED:  # a fleet-wide failure is one line, not one per node
+            self.log(f"{label}: {len(left) - NAMED} more nodes not kept as history")
         if not kept:
             return
         info = {**self.short.to_dict(), "sweep_learning": label}
