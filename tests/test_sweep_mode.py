@@ -258,19 +258,23 @@ def test_sweep_results_are_history_fleet_peers_and_give_the_fast_path(
 
 def test_sweep_honours_keep_file_false(site: dict[str, Any]) -> None:
     """The sweep runs the screen's loop: `[probe] keep_file = false` removes the probe file
-    on every held node after the last round (issue 19.9)."""
+    on every held node after the last round (issue 19.9), and after the learning reads of
+    the triage's recipe, which lay it out again (sweep/learn.py)."""
     cluster = site["cluster"]
     write_config(
-        site["config"], cluster, site["db"], site["log"], probe={**SHORT, "keep_file": False}
-    )
+        site["config"], cluster, site["db"], site["log"], probe={**SHORT, "keep_file": False},
+        sweep={"triage_reads": 1},
+    )  # fmt: skip
     path = probe_file(load_policy(site["config"]).probe)
     log = _sweep(site)
+    assert "the sweep's short read 1 of 1 (the triage's recipe) kept for" in log, log
     left = [
         n for n in cluster.nodes if cluster.ssh(n, "test", "-e", path, check=False).returncode == 0
     ]
     assert left == [], log
     with open_store(site["db"]) as store:  # and it did probe them (the file existed)
-        run = store.latest_runs(1)[0]
+        learning, run = store.latest_runs(2)  # newest first: the learning read's, the screen's
+        assert not store.run_probes(learning.id) and learning.node_count >= 1
         assert {p.node for p in store.run_probes(run.id) if p.usable} == set(cluster.nodes)
 
 
