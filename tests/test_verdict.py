@@ -250,6 +250,11 @@ def test_transient_suspect_is_ok() -> None:
     _, v = _confirm(fleet(read=40), [probe("node01", read=3050)])
     assert v["node01"].status == Status.OK and not v["node01"].confirmed
     assert v["node01"].reason.startswith("transient: first probe seq read 40 MB/s")
+    # round 2's own figure is said, so a passed re-probe can be weighed afterwards
+    assert v["node01"].reason.endswith(
+        "; re-probe passed (seq read 0.96x the mixed-round peer median) [round 2 judged"
+        " against round-1 figures (no reference nodes)]"
+    )
 
 
 def test_suspect_whose_reprobe_fails_is_unknown() -> None:

@@ -271,8 +271,13 @@ def confirm(
         elif "close_call" in v2.signals:  # both-rounds weighing off: round 2's own call
             merged.append(replace(v2, reason=f"{now} [{basis}; {_round1(v, first)}]"))
         else:
+            # round 2's own figure, so a passed re-probe can be weighed afterwards (issue 44:
+            # two real slow readers passed theirs after a round-1 median far below the usual)
+            ratio = _read_ratio(v2)
+            at = f" (seq read {fmt_ratio(ratio)}x the {r2} peer median)" if ratio else ""
             text = (
-                f"transient: first probe {_label(v.reason, 'round-1')}; re-probe passed [{basis}]"
+                f"transient: first probe {_label(v.reason, 'round-1')}; re-probe passed{at}"
+                f" [{basis}]"
             )
             merged.append(replace(v2, reason=text))
     shared = second if second.shared_cause else first
