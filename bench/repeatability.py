@@ -222,7 +222,7 @@ def prolog(cluster: ClusterHandle, cfg: Path, count: int = NODES) -> dict[str, A
                 # a healthy node's drain can be traced to the screen that began it
                 screens = seen.setdefault(v.node, [])
                 screens.append(
-                    {"status": v.status.value, "signals": list(v.signals), "reason": v.reason[:240]}
+                    {"status": v.status.value, "signals": list(v.signals), "reason": v.reason[:600]}
                 )
                 last[v.node] = {
                     "screens": screens,
@@ -534,7 +534,7 @@ def main() -> int:
                                         "status": v["status"],
                                         "ok": matches(want, v["status"]),
                                         **margins(v, vp.z_threshold, vp.min_peer_drop),
-                                        "reason": v.get("reason", "")[:300],
+                                        "reason": v.get("reason", "")[:600],
                                         "screen_wall_s": wall,
                                         "escalated": v.get("escalated", False),
                                         "screens": v.get("screens", []),
