@@ -86,7 +86,7 @@ def test_drain_requeue_second_offence_and_the_sweep_resume(
     site = site_info(
         cluster, d, tmp_path,
         slurm={"partition_max_drain_fraction": 0.5, "max_drain_fraction": 0.5},
-        sweep={"resume_after": 1},
+        sweep={"resume_after": 1, "triage_reads": 1},
     )  # fmt: skip
     slow, other = cluster.nodes[0], cluster.nodes[4]
     # select/linear allocates the lowest idle nodes first: node01 is in every 3-node job
@@ -117,6 +117,13 @@ def test_drain_requeue_second_offence_and_the_sweep_resume(
         cluster.heal(slow)
         swept = _sweep(site)
         assert f"resumed {slow}" in swept, swept
+        # the learning read of the triage's recipe (`probe --local --triage 1`) ran on this
+        # Slurm: each node read (figures, not "no figures"), but 3 held nodes are under
+        # min_peers and the store has no fleet figures of that recipe, so none is placed
+        # among peers, and none is kept (sweep/learn.py: a read it cannot place is not learned)
+        said = "the sweep's short read 1 of 1 not kept as history: no peer median to place it"
+        assert swept.count(said) == 3 and "no figures" not in swept, swept
+        assert "learning reads done in" in swept, swept
         nodes = sinfo_nodes(cluster)
         assert "DRAIN" not in nodes[slow]["state_flags"], swept
         assert "DRAIN" in nodes[other]["state_flags"] and nodes[other]["reason"] == ADMIN
