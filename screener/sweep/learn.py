@@ -29,7 +29,7 @@ from screener.probe.short import triage_policy
 from screener.probe_data import NodeProbe, RunSummary, Status, Trigger, Verdict
 from screener.store import Store
 from screener.store.history import history_window, past_figures, past_tails
-from screener.sweep.step import STEP_SLACK_S, srun_probe_argv, step_results, step_timeout_s
+from screener.sweep.step import StepProber, srun_probe_argv, step_results, step_timeout_s
 from screener.transport.local import LocalTransport
 from screener.verdict.confirm import USUAL_PLACE_TAG
 from screener.verdict.judge import evaluate
@@ -149,22 +149,12 @@ class Learning:
             return step_results("", nodes, recipe)
         finally:
             if not self.policy.probe.keep_file:  # as the screen's last step: no file left
-                await self._remove(local, nodes)
+                await StepProber(nodes, self.policy, False, self.config, self.log).cleanup(nodes)
             await local.close()
         if res.exit_status != 0:
             said = " | ".join(line.strip() for line in res.stderr.splitlines() if line.strip())
             self.log(f"learning reads: Slurm step exited {res.exit_status}: {said[-300:]}")
         return step_results(res.stdout, nodes, recipe)
-
-    async def _remove(self, local: LocalTransport, nodes: Sequence[str]) -> None:
-        """``[probe] keep_file = false``: one more step removes the probe files the reads
-        laid out again (best effort, as StepProber.cleanup)."""
-        argv = srun_probe_argv(nodes, False, self.config, remove_file=True)
-        slack = self.policy.transport.command_timeout_s + STEP_SLACK_S
-        try:
-            await local.run(socket.gethostname(), argv, timeout=slack)
-        except ScreenerError as exc:
-            self.log(f"learning reads: probe files not removed on {fold_nodes(nodes)}: {exc}")
 
     def _keep(self, probes: Sequence[NodeProbe], main: Mapping[str, Verdict], label: str) -> None:
         """Judge one round of reads among themselves (as a triage would), store the kept."""
