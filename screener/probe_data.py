@@ -272,6 +272,13 @@ class Verdict:
     # Not stored: the prolog asks it of a screen's verdicts (is a low reading usual for it?).
     own_place: float | None = None
 
+    @property
+    def read_place(self) -> float | None:
+        """Its seq read / the peer median it was judged against; None without either."""
+        if self.read_mb_s is None or not self.peer_read_mb_s:
+            return None
+        return self.read_mb_s / self.peer_read_mb_s
+
 
 @dataclass(frozen=True)
 class RunSummary:

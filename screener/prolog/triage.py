@@ -231,8 +231,11 @@ def settled(
 
 
 def _place(v: Verdict) -> float | None:
-    """Its seq read / the peer median it was judged against."""
-    return (v.read_mb_s or 0.0) / v.peer_read_mb_s if v.peer_read_mb_s else None
+    """Its seq read / the peer median it was judged against (Verdict.read_place); a read
+    missing beside a known median counts as 0: in doubt, not passed over."""
+    if v.read_mb_s is None and v.peer_read_mb_s:
+        return 0.0
+    return v.read_place
 
 
 def escalation(

@@ -62,7 +62,7 @@ def vouched(main: Verdict, read: Verdict, policy: VerdictPolicy, label: str) -> 
         return f"its full probe was {main.status.value}, not a baseline"
     if read.status == Status.UNKNOWN or read.read_mb_s is None:
         return f"no figures ({read.reason})"
-    place, was = _place(read), _place(main)
+    place, was = read.read_place, main.read_place
     if place is None or was is None:
         return "no peer median to place it"
     if place < was * policy.min_peer_drop:
@@ -82,13 +82,6 @@ def vouched(main: Verdict, read: Verdict, policy: VerdictPolicy, label: str) -> 
             f" {was:.2f}x, {main.status.value}): the triage recipe's history"
         ),
     )
-
-
-def _place(v: Verdict) -> float | None:
-    """Its seq read / the peer median it was judged against."""
-    if v.read_mb_s is None or not v.peer_read_mb_s:
-        return None
-    return v.read_mb_s / v.peer_read_mb_s
 
 
 class Learning:

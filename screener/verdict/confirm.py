@@ -227,7 +227,7 @@ def confirm(
         elif USUAL_PLACE_TAG in v2.signals:  # found again, at its place: the full probe's
             merged.append(replace(v2, reason=f"{now} [{basis}; {_round1(v, first)}]"))
         elif _gap_twice(v, v2, borderline):
-            low = _read_ratio(v2) or 0.0
+            low = v2.read_place or 0.0
             text = (
                 f"confirmed: below the gap in both rounds: round 2 seq read "
                 f"{fmt_ratio(low)}x the {r2} peer median (< {borderline**2:g}; "
@@ -246,7 +246,7 @@ def confirm(
                 )
             )
         elif (
-            (ratio := _read_ratio(v2)) is not None
+            (ratio := v2.read_place) is not None
             and ratio < borderline
             # a node reading at its usual place among its peers reads low as always
             and not (v2.own_place is not None and v2.own_place >= borderline)
@@ -273,7 +273,7 @@ def confirm(
         else:
             # round 2's own figure, so a passed re-probe can be weighed afterwards (issue 44:
             # two real slow readers passed theirs after a round-1 median far below the usual)
-            ratio = _read_ratio(v2)
+            ratio = v2.read_place
             at = f" (seq read {fmt_ratio(ratio)}x the {r2} peer median)" if ratio else ""
             text = (
                 f"transient: first probe {_label(v.reason, 'round-1')}; re-probe passed{at}"
@@ -300,7 +300,7 @@ def _close_then_gap(v1: Verdict, v2: Verdict, borderline: float) -> bool:
     there, is confirmed as before."""
     if borderline <= 0 or set(v1.signals) != {"close_call"} or set(v2.signals) != {"peer_read"}:
         return False
-    ratio = _read_ratio(v2)
+    ratio = v2.read_place
     return ratio is not None and ratio >= borderline**4
 
 
@@ -315,7 +315,7 @@ def _gap_twice(v1: Verdict, v2: Verdict, borderline: float) -> bool:
     if borderline <= 0 or "peer_read" not in v1.signals or counts_as_slow(v2):
         return False
     gap = borderline**2
-    ratio, first = _read_ratio(v2), _read_ratio(v1)
+    ratio, first = v2.read_place, v1.read_place
     if ratio is None or first is None or v2.z_read is None:
         return False
     at_place = v2.own_place is not None and v2.own_place >= borderline
@@ -342,13 +342,6 @@ def _round1_for_skipped(v2: Verdict, v1: Verdict) -> tuple[Verdict, tuple[str, .
         )
         skipped |= RAND_READ_TAGS
     return v2, tuple(t for t in v1.signals if t in skipped)
-
-
-def _read_ratio(v: Verdict) -> float | None:
-    """Seq read against the peer median it was judged against, when both are known."""
-    if v.read_mb_s is None or not v.peer_read_mb_s:
-        return None
-    return v.read_mb_s / v.peer_read_mb_s
 
 
 def _label(reason: str, rnd: str) -> str:
