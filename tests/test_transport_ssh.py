@@ -283,3 +283,55 @@ async def test_lost_connection_is_unreachable_and_reconnects(
     assert other.value.kind == "unreachable"
     again = await transport.run(host, ["hostname"], timeout=10)
     assert again.stdout.strip() == host
+
+
+async def test_prepare_connects_before_any_run_and_the_run_awaits_that_connect(
+    cluster: ClusterHandle, tmp_path: Path
+) -> None:
+    # The prolog opens its connections while the store answers (prolog/execute._open). A
+    # server that accepts TCP but never speaks shows it: prepare alone makes it accept; the
+    # run then waits on that connect (no second TCP connection) and says its error once,
+    # within one connect timeout counted from prepare.
+    from screener.transport.base import Prepares
+
+    with socket.socket() as silent:
+        silent.bind(("127.0.9.250", 0))
+        silent.listen(8)
+        config = tmp_path / "ssh_config"
+        config.write_text(
+            f"Host hung01\n  HostName 127.0.9.250\n  Port {silent.getsockname()[1]}\n"
+        )
+        transport = make_transport(
+            _policy(cluster, "asyncssh", ssh_config=str(config), connect_timeout_s=1)
+        )
+        assert isinstance(transport, Prepares)
+        started = time.monotonic()
+        transport.prepare(["hung01", "bad name;rm"])  # a bad name is the run's error
+        silent.settimeout(5)
+        accepted, _ = await asyncio.get_running_loop().run_in_executor(None, silent.accept)
+        with accepted:
+            with pytest.raises(ConfigError, match="invalid node name"):
+                await transport.run("bad name;rm", ["true"], timeout=10)
+            err = await _expect_error(transport, "hung01", ["hostname"])
+            silent.settimeout(0)
+            with pytest.raises(BlockingIOError):
+                silent.accept()  # no second connection: the run awaited the prepared one
+    assert err.kind == "unreachable" and "within 1 s" in str(err)
+    assert time.monotonic() - started < 1 + 1.5
+
+
+async def test_prepared_connections_serve_the_runs(cluster: ClusterHandle) -> None:
+    from screener.transport.asyncssh_transport import AsyncsshTransport
+
+    transport = make_transport(_policy(cluster, "asyncssh", concurrency=2))
+    assert isinstance(transport, AsyncsshTransport)
+    try:
+        names = list(cluster.nodes)
+        transport.prepare(names)  # the first `concurrency` of them connect now
+        env = ["printenv", "SSH_CONNECTION"]
+        first = await asyncio.gather(*(transport.run(n, env, timeout=10) for n in names))
+        again = await asyncio.gather(*(transport.run(n, env, timeout=10) for n in names))
+    finally:
+        await transport.close()
+    assert [r.stdout for r in first] == [r.stdout for r in again]
+    assert len({r.stdout for r in first}) == len(names)

@@ -14,7 +14,6 @@ from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from screener.app import make_transport
 from screener.errors import ProbeError, ScreenerError, TransportError
 from screener.hooks.log import HookLog
 from screener.hooks.start_iostat import start_job_iostat
@@ -201,6 +200,7 @@ def _second(first: SentinelResult, second: SentinelResult) -> SentinelResult:
 
 
 async def sentinel_then_iostat(
+    transport: Transport,
     policy: Policy,
     job: SlurmJob,
     fresh: Sequence[str],
@@ -209,16 +209,13 @@ async def sentinel_then_iostat(
     iostat: bool = True,
     dd_usual: Mapping[str, Sequence[float]] | None = None,
 ) -> list[SentinelResult]:
-    """Sentinels on ``fresh`` (every node of the job); when they all pass and ``iostat``,
-    start in-job iostat over the same connections (else the prolog starts it later)."""
-    transport = make_transport(policy.transport)
-    try:
-        results = await run_sentinels(transport, fresh, usual, policy, dd_usual)
-        if iostat and policy.prolog.iostat and all(r.passed for r in results):
-            await start_job_iostat(transport, job, {}, policy, log)
-        return results
-    finally:
-        await transport.close()
+    """Sentinels on ``fresh`` (every node of the job) over ``transport`` (the caller's, left
+    open); when they all pass and ``iostat``, start in-job iostat over the same connections
+    (else the prolog starts it later)."""
+    results = await run_sentinels(transport, fresh, usual, policy, dd_usual)
+    if iostat and policy.prolog.iostat and all(r.passed for r in results):
+        await start_job_iostat(transport, job, {}, policy, log)
+    return results
 
 
 @dataclass

@@ -106,6 +106,19 @@ class AsyncsshTransport:
             duration_s=duration,
         )
 
+    def prepare(self, hosts: Sequence[str]) -> None:
+        """Start the connects to ``hosts`` now, up to ``concurrency`` of them (those a run
+        starts with), not waiting on them (base.Prepares): the prolog opens its connections
+        while the store answers. A connect that failed by the time a run needs it is opened
+        again by that run (``_connection``), whose error is then said once."""
+        for host in list(hosts)[: self._policy.concurrency]:
+            try:
+                validate_node(host)  # a bad name is the run's error, said there
+            except ConfigError:
+                continue
+            if host not in self._conns:
+                self._conns[host] = asyncio.create_task(self._connect(host))
+
     async def close(self) -> None:
         """Close every connection (pending connects are cancelled)."""
         conns, self._conns = list(self._conns.values()), {}

@@ -9,13 +9,14 @@ import re
 import shlex
 from collections.abc import Sequence
 from contextvars import ContextVar
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from screener.errors import ConfigError, TransportError
 from screener.process import CommandResult
 
 __all__ = [
     "CommandResult",
+    "Prepares",
     "Transport",
     "check",
     "remote_command",
@@ -45,6 +46,17 @@ class Transport(Protocol):
 
     async def close(self) -> None:
         """Release every connection/thread the transport holds."""
+        ...
+
+
+@runtime_checkable
+class Prepares(Protocol):
+    """A transport that can open its connections ahead of the first command (asyncssh)."""
+
+    def prepare(self, hosts: Sequence[str]) -> None:
+        """Start connecting to ``hosts`` without waiting (in a running event loop); a run on
+        one of them then finds its connect under way or done. Never raises: a connect that
+        fails is the first run's error on that host."""
         ...
 
 
