@@ -510,7 +510,7 @@ async def screen(
         longest = [_longest(got)]
         again = suspects(summary) if policy.verdict.confirm else []
         usable = sum(1 for p in first if p.usable) if again else 0
-        if again and (sure := decisive(summary, usable, policy.verdict, request.earlier)):
+        if again and (sure := decisive(summary, usable, policy.verdict, request.earlier, first)):
             summary = decided(summary, sure)
             again = [n for n in again if n not in sure]
         if again:

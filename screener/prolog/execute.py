@@ -155,11 +155,12 @@ class _Opened:
 
 async def _open(ctx: Context) -> _Opened:
     """What the store knows, the opening and, every node fresh, their sentinels, in one
-    event loop whose SSH connections to the job's nodes open while the store answers
-    (issue 44: on the fast path 8 connects took 0.15-0.2 s, after the store's 0.06 s). A
-    screen that follows opens its own, in its own loop: these are closed."""
+    event loop. When the store's first answer says every node is fresh, the SSH connections
+    to them open while it goes on answering (issue 44: on the fast path 8 connects took
+    0.15-0.2 s, after the store's ~0.06 s); otherwise none opens here: a screen opens its
+    own, in its own loop (connects opened for it here cost a triage 0.05-0.08 s)."""
     transport = None
-    if ctx.store is not None and ctx.policy.prolog.sentinel:  # else no sentinel reads here
+    if await _in_thread(lambda: _all_fresh(ctx)):
         transport = make_transport(ctx.policy.transport)
         if isinstance(transport, Prepares):
             transport.prepare(ctx.job.nodes)
@@ -170,7 +171,9 @@ async def _open(ctx: Context) -> _Opened:
         if not opening.sentinels or opening.beside:
             return _Opened(ctx, known, opening)
         records = ctx.records
-        assert records is not None and transport is not None  # sentinels need a store
+        assert records is not None  # sentinels need a store
+        if transport is None:  # fresh now, not at the first answer (a pass recorded since)
+            transport = make_transport(ctx.policy.transport)
         fresh = list(opening.sentinels)
         usual, dd_usual = await _in_thread(
             lambda: (
@@ -227,6 +230,19 @@ def _known_or_nothing(ctx: Context) -> tuple[Context, Known]:
         return replace(ctx, store=None, unavailable=str(exc)), Known.nothing(datetime.now(UTC))
 
 
+def _all_fresh(ctx: Context) -> bool:
+    """Would every node's sentinel read first, by the store's verdicts as they stand (before
+    a killed run's drains are settled, which ``_known`` does)? False on any store error:
+    ``_known`` says it."""
+    if ctx.records is None or not ctx.policy.prolog.sentinel:
+        return False
+    try:
+        opening = plan.opening(ctx.job.nodes, _standing(ctx, datetime.now(UTC)), ctx.policy)
+    except StoreError:
+        return False
+    return bool(opening.sentinels) and not opening.beside
+
+
 def _known(ctx: Context) -> Known:
     """What the store says of the job's nodes, once the drains of a killed run are settled;
     nothing without a database."""
@@ -234,10 +250,17 @@ def _known(ctx: Context) -> Known:
     records = ctx.records
     if records is None:
         return Known.nothing(now)
-    pp, nodes = ctx.policy.prolog, ctx.job.nodes
     # A killed run's drains, waiting on the actions lock at most a quarter of what is left
     wait = ctx.lock_wait(0.25)
-    drains.finish_pending(ctx.client, records, now, ctx.log, nodes=nodes, wait_s=wait)
+    drains.finish_pending(ctx.client, records, now, ctx.log, nodes=ctx.job.nodes, wait_s=wait)
+    return _standing(ctx, now)
+
+
+def _standing(ctx: Context, now: datetime) -> Known:
+    """The store's latest verdicts and flaky episodes of the job's nodes, at ``now``."""
+    records = ctx.records
+    assert records is not None
+    pp, nodes = ctx.policy.prolog, ctx.job.nodes
     # what the full probe said last (with triage on): a triage's own doubt is re-triaged
     short = recipe_fingerprint(triage_policy(ctx.policy).probe) if pp.triage else None
     every, latest = records.latest_verdicts_apart(nodes, short)

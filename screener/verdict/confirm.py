@@ -3,11 +3,12 @@ re-probe round is merged into the first round's verdicts. Pure, like screener.ve
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from screener.policy import VerdictPolicy
-from screener.probe_data import RunSummary, Status, Verdict
+from screener.probe_data import NodeProbe, RunSummary, Status, Verdict
 from screener.verdict.rules import MIN_HISTORY, fmt_ratio
 
 SLOW = (Status.SLOW_READ, Status.SLOW_WRITE)
@@ -86,11 +87,40 @@ def confirm_jobs(summary: RunSummary, again: Sequence[str], jobs: Sequence[str])
     return tuple(j for j in jobs if j in need)
 
 
+# A seq read slow through its whole window, not one hang in it (decisive's third evidence):
+# its median completion at least 1/decisive_ratio x the peers', over at least this many
+# turns of its queue. A hang of the whole window completes about one queue's worth, each
+# read having waited the hang: a median as high, from one event.
+STEADY_TURNS = 2
+
+
+def steady_slow(node: str, probes: Sequence[NodeProbe], level: float) -> str | None:
+    """Why ``node``'s seq read was slow through its window (``steady`` above), or None: its
+    median completion >= 1/``level`` x the median of the other usable nodes' medians, over
+    at least STEADY_TURNS x its queue depth completed reads."""
+    mine = next((p.seq_read for p in probes if p.node == node), None)
+    others = [
+        p.seq_read.lat_p50_ns
+        for p in probes
+        if p.node != node and p.usable and p.seq_read is not None and p.seq_read.lat_p50_ns > 0
+    ]
+    if mine is None or level <= 0 or not others or mine.iodepth <= 0:
+        return None
+    peers = statistics.median(others)
+    if mine.lat_p50_ns * level < peers or mine.total_ios < STEADY_TURNS * mine.iodepth:
+        return None
+    return (
+        f"slow through its window: median read {mine.lat_p50_ns / peers:.0f}x the peers' "
+        f"over {mine.total_ios} reads ({mine.iodepth} in flight)"
+    )
+
+
 def decisive(
     summary: RunSummary,
     usable: int,
     policy: VerdictPolicy,
     earlier: Mapping[str, float] | None = None,
+    probes: Sequence[NodeProbe] = (),
 ) -> dict[str, str]:
     """Suspects round 1 already decided (``decisive_ratio``; 0 = none), each with why:
     SLOW_READ on the peer rule of the sequential read at or below that fraction of the
@@ -98,7 +128,10 @@ def decisive(
     figures) and no shared cause, and a second window that is slow by its own rule: the
     4 KiB random read (its peer rule, at or below ``rand_peer_drop``, its own gap), or a
     read this prolog took before the screen (``earlier``: node -> that read / the node's
-    usual, its failed sentinel, at or below ``decisive_ratio``). A seq read ten times below
+    usual, its failed sentinel, at or below ``decisive_ratio``), or that seq read itself
+    slow through its window (``steady_slow`` over round 1's ``probes``: most reads 10x the
+    peers' wait, not one hang; issue 44: a 1/20 reader capped in bytes on the unpaced
+    fleet reads 4 KiB above its gap and was re-probed, 4.7 s). A seq read ten times below
     (the lowest healthy node of 540 prolog verdicts read 0.72x) and a second window below
     its gap are the evidence a re-probe would add. The random read had to be ten times
     below too until 2026-12-03: a 1/20 reader capped in bytes reads 4 KiB at 0.18x of
@@ -131,6 +164,8 @@ def decisive(
                 f"seq read <= {level:g}x the peer median, after a sentinel read "
                 f"{fmt_ratio(ratio)}x its usual"
             )
+        elif (steady := steady_slow(v.node, probes, level)) is not None:
+            sure[v.node] = f"seq read <= {level:g}x the peer median, {steady}"
     return sure
 
 
