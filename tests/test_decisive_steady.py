@@ -1,33 +1,19 @@
 """Decisive in round 1 on one window (verdict.confirm.steady_slow): a seq read ten times
 below its peers whose reads were slow through the window (median completion >= 10x the
 peers', over two turns of its queue) needs no re-probe; one hang of the whole queue does.
-Real triage rounds of the emulated cluster (tests/data/probe/stalls/README)."""
+Real triage rounds of the emulated cluster (tests/data/probe/README.md, stalls/)."""
 
 from __future__ import annotations
 
-import gzip
-import json
 from dataclasses import replace
-from pathlib import Path
 
 from screener.policy import VerdictPolicy
-from screener.probe.fio import parse_fio
-from screener.probe_data import NodeProbe, Status
+from screener.probe_data import Status
 from screener.verdict.confirm import STEADY_TURNS, decisive, steady_slow, suspects
 from screener.verdict.judge import evaluate
+from tests.test_stalls import captured_round as _round
 
-DATA = Path(__file__).parent / "data" / "probe" / "stalls"
 POLICY = VerdictPolicy()
-
-
-def _round(name: str) -> list[NodeProbe]:
-    with gzip.open(DATA / f"{name}.json.gz", "rt") as f:
-        raw: dict[str, str] = json.load(f)
-    out = []
-    for node, text in sorted(raw.items()):
-        run = parse_fio(text, node)
-        out.append(NodeProbe(node, seq_read=run.job("seq_read"), rand_read=run.job("rand_read")))
-    return out
 
 
 def test_a_byte_capped_reader_is_decided_by_its_own_window() -> None:

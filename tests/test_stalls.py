@@ -20,7 +20,8 @@ from screener.verdict.judge import evaluate
 DATA = Path(__file__).parent / "data" / "probe" / "stalls"
 
 
-def _round(name: str) -> list[NodeProbe]:
+def captured_round(name: str) -> list[NodeProbe]:
+    """A captured round (tests/data/probe/stalls/NAME.json.gz: node -> raw fio) as probes."""
     with gzip.open(DATA / f"{name}.json.gz", "rt") as f:
         raw: dict[str, str] = json.load(f)
     probes = []
@@ -64,7 +65,7 @@ def test_a_slower_body_is_not_a_stall() -> None:
 
 
 def test_parsed_jobs_carry_the_stall_mode_and_queue_depth() -> None:
-    probes = {p.node: p for p in _round("light_150ms_every_1s")}
+    probes = {p.node: p for p in captured_round("light_150ms_every_1s")}
     read = probes["node04"].seq_read
     assert read is not None and read.iodepth == 32
     assert read.stall_ios == 95 and 140e6 < read.stall_ns < 260e6
@@ -73,7 +74,7 @@ def test_parsed_jobs_carry_the_stall_mode_and_queue_depth() -> None:
 
 
 def test_light_stalls_missed_by_bandwidth_and_tails_are_degraded_with_length_and_rate() -> None:
-    summary = evaluate(_round("light_150ms_every_1s"), {}, VerdictPolicy())
+    summary = evaluate(captured_round("light_150ms_every_1s"), {}, VerdictPolicy())
     by = {v.node: v for v in summary.verdicts}
     v = by["node04"]
     assert v.status == Status.DEGRADED and v.signals == ("stalls",)
@@ -85,7 +86,8 @@ def test_light_stalls_missed_by_bandwidth_and_tails_are_degraded_with_length_and
 
 def test_heavy_stalls_are_slow_by_their_tail_and_say_the_stall() -> None:
     by = {
-        v.node: v for v in evaluate(_round("heavy_500ms_every_1.5s"), {}, VerdictPolicy()).verdicts
+        v.node: v
+        for v in evaluate(captured_round("heavy_500ms_every_1.5s"), {}, VerdictPolicy()).verdicts
     }
     assert by["node04"].status == Status.SLOW_READ
     assert {"peer_tail", "stalls"} <= set(by["node04"].signals)
@@ -94,7 +96,7 @@ def test_heavy_stalls_are_slow_by_their_tail_and_say_the_stall() -> None:
 
 
 def test_a_hiccup_of_the_peers_size_is_not_a_stall() -> None:
-    probes = _round("healthy_with_hiccup")
+    probes = captured_round("healthy_with_hiccup")
     hiccup = {p.node: p for p in probes}["node03"].seq_read
     assert hiccup is not None and hiccup.stall_ios == 32  # the mode is there ...
     summary = evaluate(probes, {}, VerdictPolicy())
@@ -102,7 +104,7 @@ def test_a_hiccup_of_the_peers_size_is_not_a_stall() -> None:
 
 
 def test_stalls_on_most_of_the_round_are_not_one_nodes_fault() -> None:
-    probes = _round("light_150ms_every_1s")
+    probes = captured_round("light_150ms_every_1s")
     stalled = {p.node: p for p in probes}["node04"]
     same = [
         replace(p, seq_read=stalled.seq_read, rand_read=stalled.rand_read) if i < 5 else p
@@ -114,7 +116,7 @@ def test_stalls_on_most_of_the_round_are_not_one_nodes_fault() -> None:
 
 def test_stalls_in_shadow_are_ok_with_what_they_would_have_flagged() -> None:
     policy = VerdictPolicy(shadow=("stalls",))
-    by = {v.node: v for v in evaluate(_round("light_150ms_every_1s"), {}, policy).verdicts}
+    by = {v.node: v for v in evaluate(captured_round("light_150ms_every_1s"), {}, policy).verdicts}
     assert by["node04"].status == Status.OK
     assert by["node04"].reason.startswith("would have flagged (shadow: stalls): seq read stalls")
     assert by["node04"].signals == ("shadow:stalls",) and not by["node04"].baseline
@@ -125,7 +127,7 @@ def test_one_wait_of_a_short_reads_whole_queue_is_no_slow_share() -> None:
     on the loaded emulated cluster (node06, 9 of 179 reads >= 100 ms): it made node06 a
     slow_ios suspect and cost a healthy job a 14 s full probe. Two queues' worth still is
     a share."""
-    probes = _round("triage_qd8_one_hiccup")
+    probes = captured_round("triage_qd8_one_hiccup")
     node06 = next(p for p in probes if p.node == "node06")
     assert node06.seq_read is not None and node06.seq_read.iodepth == 8
     slow = node06.seq_read.slow_fraction * node06.seq_read.total_ios

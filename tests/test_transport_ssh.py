@@ -11,7 +11,8 @@ import re
 import socket
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +54,25 @@ async def transport(cluster: ClusterHandle, kind: str) -> AsyncIterator[Transpor
         yield t
     finally:
         await t.close()
+
+
+@contextmanager
+def _silent_server(
+    cluster: ClusterHandle, kind: str, tmp_path: Path
+) -> Iterator[tuple[socket.socket, Transport]]:
+    """A server ``hung01`` that accepts TCP (kernel backlog) but never sends an SSH banner,
+    like a hung node, and a transport that reaches it with a 1 s connect timeout."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.9.250", 0))
+        silent.listen(8)
+        config = tmp_path / "ssh_config"
+        config.write_text(
+            f"Host hung01\n  HostName 127.0.9.250\n  Port {silent.getsockname()[1]}\n"
+        )
+        yield (
+            silent,
+            make_transport(_policy(cluster, kind, ssh_config=str(config), connect_timeout_s=1)),
+        )
 
 
 async def _expect_error(transport: Transport, host: str, argv: list[str]) -> TransportError:
@@ -195,17 +215,7 @@ async def test_unreachable_node_fails_fast(cluster: ClusterHandle, kind: str) ->
 async def test_silent_server_is_unreachable_within_connect_timeout(
     cluster: ClusterHandle, kind: str, tmp_path: Path
 ) -> None:
-    # Accepts TCP (kernel backlog) but never sends an SSH banner, like a hung node.
-    with socket.socket() as silent:
-        silent.bind(("127.0.9.250", 0))
-        silent.listen(8)
-        config = tmp_path / "ssh_config"
-        config.write_text(
-            f"Host hung01\n  HostName 127.0.9.250\n  Port {silent.getsockname()[1]}\n"
-        )
-        transport = make_transport(
-            _policy(cluster, kind, ssh_config=str(config), connect_timeout_s=1)
-        )
+    with _silent_server(cluster, kind, tmp_path) as (_, transport):
         started = time.monotonic()
         err = await _expect_error(transport, "hung01", ["hostname"])
     assert err.kind == "unreachable" and "hung01" in str(err)
@@ -294,16 +304,7 @@ async def test_prepare_connects_before_any_run_and_the_run_awaits_that_connect(
     # within one connect timeout counted from prepare.
     from screener.transport.base import Prepares
 
-    with socket.socket() as silent:
-        silent.bind(("127.0.9.250", 0))
-        silent.listen(8)
-        config = tmp_path / "ssh_config"
-        config.write_text(
-            f"Host hung01\n  HostName 127.0.9.250\n  Port {silent.getsockname()[1]}\n"
-        )
-        transport = make_transport(
-            _policy(cluster, "asyncssh", ssh_config=str(config), connect_timeout_s=1)
-        )
+    with _silent_server(cluster, "asyncssh", tmp_path) as (silent, transport):
         assert isinstance(transport, Prepares)
         started = time.monotonic()
         transport.prepare(["hung01", "bad name;rm"])  # a bad name is the run's error

@@ -15,7 +15,7 @@ budget only through its ``Deadline``.
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import concurrent.futures
 import signal
 import threading
 import time
@@ -194,30 +194,18 @@ async def _open(ctx: Context) -> _Opened:
 async def _in_thread(fn: Callable[[], _T]) -> _T:
     """``fn()`` in a daemon thread while the loop goes on (the connects): not the loop's
     executor, which asyncio.run would wait for on SIGTERM (a store call bounded only by the
-    store's limits); the hook exits at once, as when the call ran in the main thread."""
-    loop = asyncio.get_running_loop()
-    done: asyncio.Future[_T] = loop.create_future()
-
-    def settle(value: _T | None, exc: BaseException | None) -> None:
-        if done.cancelled():
-            return
-        if exc is not None:
-            done.set_exception(exc)
-        else:
-            done.set_result(value)  # type: ignore[arg-type]
+    store's limits); the hook exits at once, as when the call ran in the main thread (a
+    result that comes after the loop closed is dropped: asyncio.wrap_future)."""
+    result: concurrent.futures.Future[_T] = concurrent.futures.Future()
 
     def work() -> None:
         try:
-            value = fn()
-        except BaseException as exc:  # handed to the loop, raised in the caller
-            with contextlib.suppress(RuntimeError):  # the loop closed (SIGTERM): nobody waits
-                loop.call_soon_threadsafe(settle, None, exc)
-            return
-        with contextlib.suppress(RuntimeError):
-            loop.call_soon_threadsafe(settle, value, None)
+            result.set_result(fn())
+        except BaseException as exc:  # raised in the caller
+            result.set_exception(exc)
 
     threading.Thread(target=work, name="prolog-store", daemon=True).start()
-    return await done
+    return await asyncio.wrap_future(result)
 
 
 def _known_or_nothing(ctx: Context) -> tuple[Context, Known]:
