@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import KW_ONLY, dataclass, field
 from datetime import UTC, datetime
@@ -33,7 +33,7 @@ from screener.probe.preflight import parse_preflight, preflight_argv
 from screener.probe_data import FleetFigure, IostatSample, NodeFacts, NodeProbe, RunSummary, Trigger
 from screener.steady import annotate, deep_rounds
 from screener.transport.base import CommandResult, Transport, check
-from screener.verdict.confirm import confirm_jobs, decided, decisive
+from screener.verdict.confirm import confirm_jobs, decided, decisive, unspared
 from screener.verdict.judge import confirm, evaluate, judge_round2, references, suspects
 from screener.verdict.rules import borderline_level
 
@@ -98,6 +98,9 @@ class ProbeLocks(Protocol):
 
 NodeDone = Callable[[int, NodeProbe], None]  # (round, probe) -> None, for progress bars
 BetweenRounds = Callable[[RunSummary], Awaitable[None]]
+# Round 1's suspects the caller settles itself, by round 1's verdicts: not re-probed when
+# DEGRADED (verdict.confirm.unspared).
+Spare = Callable[[RunSummary], Collection[str]]
 
 
 @dataclass(frozen=True)
@@ -433,7 +436,8 @@ class ScreenRequest:
     the recipes whose seq-read history a node without history of this one is compared with
     (store.history.past_figures); ``earlier``: node -> a read the caller took just before /
     its usual (the prolog's failed sentinel), a first window that lets round 1 decide
-    (verdict.confirm.decisive).
+    (verdict.confirm.decisive); ``spare``: round 1's DEGRADED suspects the caller settles
+    without a re-probe (the prolog's fresh references at their usual place).
     """
 
     nodes: tuple[str, ...]
@@ -453,6 +457,7 @@ class ScreenRequest:
     beside: Beside | None = None
     history_also: tuple[ProbePolicy, ...] = ()
     earlier: Mapping[str, float] | None = None
+    spare: Spare | None = None
 
 
 async def screen(
@@ -513,6 +518,8 @@ async def screen(
         if again and (sure := decisive(summary, usable, policy.verdict, request.earlier, first)):
             summary = decided(summary, sure)
             again = [n for n in again if n not in sure]
+        if again and request.spare is not None:
+            again = unspared(again, summary, request.spare(summary))
         if again:
             if request.between_rounds is not None:
                 await request.between_rounds(summary)

@@ -11,15 +11,17 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from screener.errors import StoreError, TransportError
 from screener.pipeline import ScreenRequest, ScreenResult, screen
 from screener.policy import Policy, policy_from_dict
 from screener.probe.fio import recipe_fingerprint
-from screener.probe_data import Status
+from screener.probe_data import RunSummary, Status
 from screener.store import Store, open_store
 from screener.transport.base import CommandResult
+from screener.verdict.confirm import unspared
 
 DATA = Path(__file__).parent / "data" / "probe"
 PREFLIGHT = (DATA / "preflight" / "loop_ok.txt").read_text()
@@ -112,6 +114,29 @@ def test_captured_slow_reader_is_confirmed_and_stored(tmp_path: Path) -> None:
     assert {v.recipe for v in store.run_verdicts(result.run_id)} == {
         recipe_fingerprint(POLICY.probe)
     }
+
+
+def test_a_spared_suspect_is_re_probed_unless_degraded() -> None:
+    """ScreenRequest.spare (the prolog's fresh references at their usual place) skips the
+    re-probe of a DEGRADED suspect only: a SLOW one is confirmed whatever the caller says."""
+    off = policy_from_dict({"probe": {"size_mib": 64}, "verdict": {"decisive_ratio": 0.0}})
+    asked: list[list[str]] = []
+
+    def spare(summary: RunSummary) -> list[str]:
+        asked.append([v.node for v in summary.verdicts if v.status != Status.OK])
+        return ["n3"]
+
+    t = ReplayTransport({"n3": FIO_SLOW})
+    request = ScreenRequest(tuple(NODES), off, spare=spare)
+    result = asyncio.run(screen(request, t, None))  # type: ignore[arg-type]
+    assert asked == [["n3"]]  # asked once, with round 1's verdicts
+    v = {v.node: v for v in result.summary.verdicts}["n3"]
+    assert v.status == Status.SLOW_READ and v.confirmed and result.reprobed == ("n3",)
+    degraded = replace(v, status=Status.DEGRADED, confirmed=False)
+    summary = RunSummary((degraded,))
+    assert unspared(["n3"], summary, ["n3"]) == []
+    assert unspared(["n3", "n4"], summary, ["n3", "n4"]) == ["n4"]  # n4: not DEGRADED
+    assert unspared(["n3"], summary, []) == ["n3"]
 
 
 def test_unexpected_exception_on_one_node_is_unknown_not_fatal() -> None:

@@ -409,6 +409,11 @@ def test_a_fresh_reference_at_its_usual_place_is_not_escalated() -> None:
     assert first.stage == "triage" and first.fresh == ("node08", "node07", "node06", "node05")
     s = summary(ok("node01"), ok("node08"), ok("node07"), ok("node06"), _at_place("node05", 1.05))
     assert after_screen(s, (), first, [], ON) is None
+    # ... so the triage does not re-probe it either (pipeline.ScreenRequest.spare)
+    spared = plan.spare(first, ON)
+    assert spared is not None and spared(s) == ["node05"]
+    assert plan.spare(replace(first, fresh=()), ON) is None
+    assert plan.spare(replace(first, stage="escalated"), ON) is None
     assert usual_lines(s, first, ON) == [
         "node05: fresh reference, triage read 0.30x peers, its usual place 1.05x (>= 0.71):"
         " a short read's finding on a node that passed within 3600s, not escalated"
@@ -419,6 +424,7 @@ def test_a_fresh_reference_at_its_usual_place_is_not_escalated() -> None:
     ):
         d = after_screen(replace(s, verdicts=(*s.verdicts[:4], v)), (), first, [], ON)
         assert d is not None and d.nodes == ("node05",) and why in d.why[0], d
+        assert spared(replace(s, verdicts=(*s.verdicts[:4], v))) == []  # re-probed first
     unfresh = replace(first, fresh=())  # node01, the node the triage is for: escalated
     d = after_screen(s, (), unfresh, [], ON)
     assert d is not None and d.nodes == ("node05",)

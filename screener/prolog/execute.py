@@ -318,6 +318,7 @@ def _screen(
         beside=beside,
         earlier=earlier,
         history_also=screen.history_also,
+        spare=plan.spare(screen, ctx.policy),
     )
     run_screen(request)
     return after

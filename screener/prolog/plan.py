@@ -24,7 +24,7 @@ Every value is frozen and carries the log lines that say why (``lines``).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence, Set
+from collections.abc import Callable, Mapping, Sequence, Set
 from dataclasses import dataclass
 from datetime import datetime
 from types import MappingProxyType
@@ -298,6 +298,18 @@ def after_screen(
         if doubt
         else None
     )
+
+
+def spare(screen: Screen, policy: Policy) -> Callable[[RunSummary], list[str]] | None:
+    """What a triage settles without its re-probe (pipeline.ScreenRequest.spare): its fresh
+    references whose round-1 finding is a short read's at their usual place join the job
+    as such (triage.fresh_as_usual), so a second window only delays the job: 1.1-1.3 s of
+    a 4.0 s prolog on the mixed fleet (bench/time_to_start.py, 2026-12-05). None when the
+    screen has no fresh references."""
+    if screen.stage != "triage" or not screen.fresh:
+        return None
+    fresh = screen.fresh
+    return lambda summary: list(triage.fresh_as_usual(summary, fresh, policy))
 
 
 def _after_look(

@@ -4,7 +4,7 @@ re-probe round is merged into the first round's verdicts. Pure, like screener.ve
 from __future__ import annotations
 
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 
 from screener.policy import VerdictPolicy
@@ -49,6 +49,15 @@ def is_suspect(v: Verdict) -> bool:
     return v.status in SLOW or (
         v.status == Status.DEGRADED and bool(set(v.signals) - NOT_SUSPECT_TAGS)
     )
+
+
+def unspared(again: Sequence[str], summary: RunSummary, spared: Collection[str]) -> list[str]:
+    """The suspects of ``again`` still to re-probe once the caller has ``spared`` some: only a
+    DEGRADED one is spared (its round-1 doubt is already the caller's to settle, e.g. the
+    prolog's fresh reference at its usual place); a SLOW one is always confirmed or decided,
+    never left to one window."""
+    status = {v.node: v.status for v in summary.verdicts}
+    return [n for n in again if n not in spared or status.get(n) != Status.DEGRADED]
 
 
 def counts_as_slow(v: Verdict) -> bool:
