@@ -428,6 +428,15 @@ def test_a_fresh_reference_at_its_usual_place_is_not_escalated() -> None:
     unfresh = replace(first, fresh=())  # node01, the node the triage is for: escalated
     d = after_screen(s, (), unfresh, [], ON)
     assert d is not None and d.nodes == ("node05",)
+    # ... unless its re-probe found it at its usual place again (the merged verdict)
+    assert after_screen(s, ("node05",), unfresh, [], ON) is None
+    assert usual_lines(s, unfresh, ON, ("node05",)) == [
+        "node05: triage re-probe read 0.30x peers, its usual place 1.05x (>= 0.71): a short"
+        " read's finding at its usual place in both rounds, not escalated"
+    ]
+    below = replace(s, verdicts=(*s.verdicts[:4], _at_place("node05", 0.66)))
+    d = after_screen(below, ("node05",), unfresh, [], ON)
+    assert d is not None and d.nodes == ("node05",)  # below its place in round 2: escalated
     no_store = first_screen(o.probe, Known.nothing(NOW), len(NODES), ON, ROOM)
     assert no_store.fresh == ()
     # every node fresh, node05's sentinel failed: it is triaged as a suspect, not a reference

@@ -343,7 +343,7 @@ class _AfterScreen:
         failed = self.beside.failed() if self.beside is not None else []
         self.code = _act(ctx, result, ctx.left())
         if self.code == 0 and ctx.records is not None and not result.store_error:
-            ctx.say(plan.usual_lines(result.summary, self.screen, ctx.policy))
+            ctx.say(plan.usual_lines(result.summary, self.screen, ctx.policy, result.reprobed))
             self.doubt = plan.after_screen(
                 result.summary, result.reprobed, self.screen, failed, ctx.policy
             )

@@ -283,7 +283,7 @@ def after_screen(
         held = list(screen.held)
         also = [*held, *(n for n in failed_beside if n not in held)]
         said = triage.ambiguity(summary, policy, reprobed)  # once: the nodes and their why
-        for n in triage.fresh_as_usual(summary, screen.fresh, policy):
+        for n in triage.fresh_as_usual(summary, screen.fresh, policy, reprobed):
             said.pop(n, None)  # a fresh reference reading as usual: not escalated
         doubt, refs = triage.with_references(summary, policy, triage.in_doubt(list(said), also))
         look = triage.second_looks(summary, list(said))
@@ -328,14 +328,16 @@ def _after_look(
     return Doubt((*looked, *rest), doubt.references, tuple(why))
 
 
-def usual_lines(summary: RunSummary, screen: Screen, policy: Policy) -> list[str]:
+def usual_lines(
+    summary: RunSummary, screen: Screen, policy: Policy, reprobed: Sequence[str] = ()
+) -> list[str]:
     """After a triage or a second look: a line per node that read low but as usual for it
     (triage.as_usual), so the log says why it was not escalated."""
     if screen.stage not in ("triage", "second_look"):
         return []
     lines = triage.as_usual(summary, policy, _STAGE_WORDS[screen.stage])
     if screen.stage == "triage":
-        lines += triage.fresh_as_usual(summary, screen.fresh, policy).values()
+        lines += triage.fresh_as_usual(summary, screen.fresh, policy, reprobed).values()
     return lines
 
 

@@ -172,30 +172,46 @@ def as_usual(summary: RunSummary, policy: Policy, label: str = "triage") -> list
     ]
 
 
-def fresh_as_usual(summary: RunSummary, fresh: Sequence[str], policy: Policy) -> dict[str, str]:
-    """The triage's fresh references (``fresh``: passed within ``fresh_s``, triaged only as
-    yardsticks) whose only finding is a short read's, at their usual place among their
-    peers (``usual_place`` at or above the borderline level): each with the line that says
-    why it is not escalated. Off the triage they would have taken the fast path; issue 44:
-    a slower model triaged as a reference of one new node, beside four faster ones, read
-    0.30x in the round (1.05x its usual place) and paid an 18.8 s full probe, 23 s of a
-    28-30 s start (bench/time_to_start.py, mixed fleet, 2026-12-03). One below its usual
-    place, or with any other finding, is escalated as any node."""
+def fresh_as_usual(
+    summary: RunSummary, fresh: Sequence[str], policy: Policy, reprobed: Sequence[str] = ()
+) -> dict[str, str]:
+    """The triage's nodes whose only finding is a short read's, at their usual place among
+    their peers (``usual_place`` at or above the borderline level), each with the line that
+    says why it is not escalated: a fresh reference (``fresh``: passed within ``fresh_s``,
+    triaged only as a yardstick), or a node found so in both rounds (``reprobed``: round 2
+    re-read it beside references and found it at its place again). Off the triage a fresh
+    one would have taken the fast path; issue 44: a slower model triaged as a reference of
+    one new node, beside four faster ones, read 0.30x in the round (1.05x its usual place)
+    and paid an 18.8 s full probe, 23 s of a 28-30 s start (bench/time_to_start.py, mixed
+    fleet, 2026-12-03); unfresh, found at 0.22x twice (1.03x its place) it paid a 13.3 s
+    full probe that passed it (17.4 s of a 22.7 s start, 2026-12-05), where the same node
+    at the same place passes the triage as OK when the peer rule's z does not fire. One
+    below its usual place, with any other finding, or found so once and unfresh, is
+    escalated as any node."""
     level = borderline_level(policy.verdict)
     allowed = RELATIVE_TAGS | {USUAL_PLACE_TAG}
     out: dict[str, str] = {}
     for v in summary.verdicts:
-        if v.node not in fresh or v.status != Status.DEGRADED or USUAL_PLACE_TAG not in v.signals:
+        if v.status != Status.DEGRADED or USUAL_PLACE_TAG not in v.signals:
+            continue
+        if v.node not in fresh and v.node not in reprobed:
             continue
         if not set(v.signals) <= allowed or not usual(v, level) or not v.own_place:
             continue
         place = _place(v)
         read = f"read {place:.2f}x peers, " if place is not None else ""
-        out[v.node] = (
-            f"{v.node}: fresh reference, triage {read}its usual place {v.own_place:.2f}x"
-            f" (>= {level:.2f}): a short read's finding on a node that passed within"
-            f" {policy.prolog.fresh_s:g}s, not escalated"
-        )
+        if v.node in fresh:
+            out[v.node] = (
+                f"{v.node}: fresh reference, triage {read}its usual place {v.own_place:.2f}x"
+                f" (>= {level:.2f}): a short read's finding on a node that passed within"
+                f" {policy.prolog.fresh_s:g}s, not escalated"
+            )
+        else:
+            out[v.node] = (
+                f"{v.node}: triage re-probe {read}its usual place {v.own_place:.2f}x"
+                f" (>= {level:.2f}): a short read's finding at its usual place in both"
+                " rounds, not escalated"
+            )
     return out
 
 
