@@ -150,7 +150,7 @@ class Screen:
     lines: tuple[str, ...] = ()
     looks_at: Doubt | None = None
     # a triage's nodes that passed within fresh_s (its fresh references): not escalated for
-    # a short read's finding at their usual place (triage.fresh_as_usual)
+    # a short read's finding at their usual place (triage.short_as_usual)
     fresh: tuple[str, ...] = ()
 
     @property
@@ -283,7 +283,7 @@ def after_screen(
         held = list(screen.held)
         also = [*held, *(n for n in failed_beside if n not in held)]
         said = triage.ambiguity(summary, policy, reprobed)  # once: the nodes and their why
-        for n in triage.fresh_as_usual(summary, screen.fresh, policy, reprobed):
+        for n in triage.short_as_usual(summary, screen.fresh, policy, reprobed):
             said.pop(n, None)  # a fresh reference reading as usual: not escalated
         doubt, refs = triage.with_references(summary, policy, triage.in_doubt(list(said), also))
         look = triage.second_looks(summary, list(said))
@@ -303,13 +303,13 @@ def after_screen(
 def spare(screen: Screen, policy: Policy) -> Callable[[RunSummary], list[str]] | None:
     """What a triage settles without its re-probe (pipeline.ScreenRequest.spare): its fresh
     references whose round-1 finding is a short read's at their usual place join the job
-    as such (triage.fresh_as_usual), so a second window only delays the job: 1.1-1.3 s of
+    as such (triage.short_as_usual), so a second window only delays the job: 1.1-1.3 s of
     a 4.0 s prolog on the mixed fleet (bench/time_to_start.py, 2026-12-05). None when the
     screen has no fresh references."""
     if screen.stage != "triage" or not screen.fresh:
         return None
     fresh = screen.fresh
-    return lambda summary: list(triage.fresh_as_usual(summary, fresh, policy))
+    return lambda summary: list(triage.short_as_usual(summary, fresh, policy))
 
 
 def _after_look(
@@ -337,7 +337,7 @@ def usual_lines(
         return []
     lines = triage.as_usual(summary, policy, _STAGE_WORDS[screen.stage])
     if screen.stage == "triage":
-        lines += triage.fresh_as_usual(summary, screen.fresh, policy, reprobed).values()
+        lines += triage.short_as_usual(summary, screen.fresh, policy, reprobed).values()
     return lines
 
 

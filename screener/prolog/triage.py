@@ -172,7 +172,7 @@ def as_usual(summary: RunSummary, policy: Policy, label: str = "triage") -> list
     ]
 
 
-def fresh_as_usual(
+def short_as_usual(
     summary: RunSummary, fresh: Sequence[str], policy: Policy, reprobed: Sequence[str] = ()
 ) -> dict[str, str]:
     """The triage's nodes whose only finding is a short read's, at their usual place among
