@@ -200,18 +200,17 @@ def short_as_usual(
             continue
         place = _place(v)
         read = f"read {place:.2f}x peers, " if place is not None else ""
-        if v.node in fresh:
-            out[v.node] = (
-                f"{v.node}: fresh reference, triage {read}its usual place {v.own_place:.2f}x"
-                f" (>= {level:.2f}): a short read's finding on a node that passed within"
-                f" {policy.prolog.fresh_s:g}s, not escalated"
-            )
-        else:
-            out[v.node] = (
-                f"{v.node}: triage re-probe {read}its usual place {v.own_place:.2f}x"
-                f" (>= {level:.2f}): a short read's finding at its usual place in both"
-                " rounds, not escalated"
-            )
+        fresh_one = v.node in fresh
+        what = "fresh reference, triage" if fresh_one else "triage re-probe"
+        why = (
+            f"on a node that passed within {policy.prolog.fresh_s:g}s"
+            if fresh_one
+            else "at its usual place in both rounds"
+        )
+        out[v.node] = (
+            f"{v.node}: {what} {read}its usual place {v.own_place:.2f}x (>= {level:.2f}):"
+            f" a short read's finding {why}, not escalated"
+        )
     return out
 
 
