@@ -187,6 +187,17 @@ def screen(cluster: ClusterHandle, cfg: Path, count: int = NODES) -> dict[str, A
 PROLOG_JOBS = iter(range(5000, 1_000_000))
 
 
+@contextmanager
+def _workdir(keep: Path | None) -> Iterator[str]:
+    """The run's directory: ``keep`` (made, left in place), else a temporary one."""
+    if keep is not None:
+        keep.mkdir(parents=True)
+        yield str(keep)
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        yield tmp
+
+
 def prolog(cluster: ClusterHandle, cfg: Path, count: int = NODES) -> dict[str, Any]:
     """``--prolog``: `screener prolog` as slurmctld runs it (a dry run: decided and recorded,
     nobody drained), every node probed (fresh_s = 0); each node's verdict is its last of
@@ -362,7 +373,16 @@ def main() -> int:
         help="[verdict] confirm_references (healthy nodes re-probed beside the suspects, at"
         " least); default: the shipped policy's",
     )
+    ap.add_argument(
+        "--keep",
+        type=Path,
+        default=None,
+        help="keep the stores, configs and hook logs in this new directory (to read why a"
+        " verdict came out as it did); default: a temporary directory, removed",
+    )
     args = ap.parse_args()
+    if args.keep is not None and args.keep.exists():
+        ap.error(f"--keep: {args.keep} exists (give a new directory)")
     probe = dict(PROBE)
     if args.ramp is not None:
         probe["ramp_s"] = args.ramp
@@ -377,7 +397,7 @@ def main() -> int:
         ap.error(f"--fleet: {', '.join(FLEETS)} (or both), not {args.fleet!r}")
     rows: list[dict[str, Any]] = []
     setups: dict[str, dict[str, Any]] = {}
-    with claim_slot() as slot, tempfile.TemporaryDirectory() as tmp:
+    with claim_slot() as slot, _workdir(args.keep) as tmp:
         mc = Cluster(slot.state_dir)
         try:
             cluster = ClusterHandle(

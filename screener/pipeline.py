@@ -540,6 +540,7 @@ async def screen(
                 judge_round2(first, second, refs, history, fleet, policy.verdict, tails),
                 refs,
                 borderline_level(policy.verdict),
+                policy.verdict.short_read,
             )
         if deep:  # after the judgement: whether each node settled explains, never decides
             window = policy.sweep.deep_window

@@ -387,6 +387,43 @@ def test_triage_holds_back_a_node_the_full_probe_last_doubted(site: dict[str, An
     assert not any("DRAIN" in n["state_flags"] for n in sinfo_nodes(cluster).values())
 
 
+def test_a_dry_run_prolog_stops_where_a_live_one_would_drain(site: dict[str, Any]) -> None:
+    """A dry run (`[slurm] dry_run`) goes as far as a live prolog and no further: the triage
+    confirms a clear slow reader, which a live prolog drains and requeues at once; the dry
+    run records `would_drain` with the exact reason, drains nobody, lets the job run, and
+    does not go on to the full probe of the node it held back (the live prolog never gets
+    there). Issue 44: the prolog matrix went on, so a healthy node a second look would have
+    drained was scored by the full probe that followed (DEGRADED), not as the drain."""
+    cluster = site["cluster"]
+    write_config(
+        site["config"],
+        cluster,
+        site["db"],
+        site["log"],
+        prolog={"triage": True},
+        slurm={"partition_max_drain_fraction": 0.5, "dry_run": True},
+    )
+    policy, doubted = _doubted_by_the_full_probe(site)  # held back for the full probe
+    slow = cluster.nodes[1]
+    cluster.inject(slow, "slow_read", SLOW)
+    job_id = _hosts_job(site, 5, "--comment", "screener=on")
+    job = wait_job(cluster, job_id)
+    log = site["log"].read_text()
+    assert job["job_state"] == "COMPLETED" and job["restart_cnt"] == 0, log
+    assert slow in _ran_on(site, job_id), log
+    assert f"dry-run: would drain {slow} with reason 'screener: " in log, log
+    assert "a live prolog would requeue the job here" in log, log
+    assert "full probe of" not in log, log  # the held-back node: never reached live either
+    short = recipe_fingerprint(triage_policy(policy).probe)
+    runs = _prolog_runs(site["db"], job_id)
+    assert [r[1] for r in runs] == [{short}] and doubted not in runs[0][0], (runs, log)
+    with open_store(site["db"]) as store:
+        events = [(e.action, e.slurm_reason) for e in store.node_events(slow)]
+    (reason,) = [r for a, r in events if a == "would_drain"]
+    assert reason is not None and reason.startswith("screener: rd"), events
+    assert not any("DRAIN" in n["state_flags"] for n in sinfo_nodes(cluster).values())
+
+
 def _between_a_second_look(
     runs: list[tuple[set[str], set[str | None], str | None]], short: str | None, log: str
 ) -> list[tuple[set[str], set[str | None], str | None]]:

@@ -64,7 +64,7 @@ def screen(
     round1 = {p.node: p for p in first}
     second = [_only((again or {}).get(n, round1[n]), ran) for n in [*redo, *refs]]
     judged = judge_round2(first, second, refs, hist, [], policy, tails)
-    return confirm(summary, judged, refs, borderline_level(policy))
+    return confirm(summary, judged, refs, borderline_level(policy), policy.short_read)
 
 
 def _only(p: NodeProbe, jobs: tuple[str, ...]) -> NodeProbe:
@@ -633,6 +633,72 @@ def test_a_short_reads_finding_at_the_usual_place_that_clears_in_round_2_is_tran
     again = {"fleet05": node("fleet05", read=1000, write=1600, rand=380)}
     v = verdicts(screen(probes, again, history=history, policy=SHORT))["fleet05"]
     assert v.status == Status.OK and v.reason.startswith("transient: first probe"), v.reason
+
+
+# The prolog matrix on the mixed fleet, fresh stores (bench/repeatability.py --prolog,
+# 2026-12-05 07:00): the slower model (node05, node07; 0.6x both ways) read 0.48-0.49x
+# in the triage's round 1 and 0.46x beside 5 references that read faster in round 2;
+# with no place learned it was `SLOW_READ confirmed`, a drain, in 2 of 5 jobs.
+NO_PLACE_R1 = [1700, 1750, 1739, 1780, 847, 1720, 860, 1760]
+NO_PLACE_R2 = [1818, 1830, 1805, 1840, 832, 1822, 841, 1810]
+
+
+def _no_place(
+    r1: Sequence[float] = NO_PLACE_R1, r2: Sequence[float] = NO_PLACE_R2, rand: float = 380
+) -> tuple[list[NodeProbe], dict[str, NodeProbe]]:
+    """Round 1 and the re-probe's figures (fleet05's 4 KiB reads at ``rand`` MB/s in
+    both); fleet07 with its throttle's 5x tail."""
+    first = [
+        node(p.node, read=r, write=1600, rand=rand if i == 4 else 380)
+        for i, (p, r) in enumerate(zip(fleet(r1), r1, strict=True))
+    ]
+    second = [
+        node(p.node, read=r, write=1600, rand=rand if i == 4 else 380)
+        for i, (p, r) in enumerate(zip(fleet(r2), r2, strict=True))
+    ]
+    first[6], second[6] = _tail(first[6], 5), _tail(second[6], 5)
+    return first, {p.node: p for p in second}
+
+
+def test_a_short_read_with_no_place_known_sends_a_slower_model_to_the_full_probe() -> None:
+    """Both rounds within two gaps of the peers (0.25-0.71x), only peer findings, no usual
+    place: DEGRADED borderline, left for the full probe (which writes), never a drain."""
+    first, again = _no_place()
+    summary = screen(first, again, policy=SHORT)
+    got = verdicts(summary)
+    for name in ("fleet05", "fleet07"):
+        v = got[name]
+        assert v.status == Status.DEGRADED and v.signals[-1] == "borderline", v.reason
+        assert "with no usual place known" in v.reason and "full probe decides" in v.reason
+        assert not v.baseline  # a node part-way down is never learned as its place
+    assert "peer_tail" in got["fleet07"].signals
+    assert slow_ones(summary) == []
+    assert {"fleet05", "fleet07"} <= set(ambiguous(summary, replace(DEFAULT, verdict=SHORT)))
+    # the full probe's rules are as they were: its write tells a slower device (elsewhere)
+    assert set(slow_ones(screen(first, again, policy=POLICY))) == {"fleet05", "fleet07"}
+
+
+def _around(level: float, fleet05: float) -> list[float]:
+    """Eight reads near ``level``, fleet05's at ``fleet05`` x it."""
+    return [level * (fleet05 if i == 4 else 1 + 0.01 * (i % 3)) for i in range(8)]
+
+
+@pytest.mark.parametrize(
+    ("why", "r1", "r2", "rand", "history"),
+    [
+        ("a 4x reader", 0.22, 0.21, 380, False),
+        ("below two gaps in round 2 only", 0.48, 0.22, 380, False),
+        ("a random-read fault beside it", 0.48, 0.46, 15, False),
+        ("a drop from its known place at par", 0.48, 0.46, 380, True),
+    ],
+)
+def test_what_a_short_read_still_confirms_with_no_place_or_a_drop(
+    why: str, r1: float, r2: float, rand: float, history: bool
+) -> None:
+    first, again = _no_place(_around(1739, r1), _around(1818, r2), rand)
+    hist = {p.node: [1739 * MB] * 3 for p in first} if history else None
+    v = verdicts(screen(first, again, history=hist, policy=SHORT))["fleet05"]
+    assert v.status == Status.SLOW_READ and v.confirmed, (why, v.reason)
 
 
 # ---- a slower device: reads and writes alike below the round ------------------------------

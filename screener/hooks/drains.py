@@ -222,8 +222,13 @@ def _drain_all(plan: DrainPlan, ctx: DrainContext) -> list[str]:
     drained: list[str] = []
     others = _drained_by_screener(client, records, [n for n, _ in plan.drain]) if records else {}
     for node, reason in plan.drain:
-        if ctx.dry_run:
+        if ctx.dry_run:  # what a live run would have done, on record
             log(f"dry-run: would drain {node} with reason {reason!r}")
+            if store is not None:
+                try:
+                    store.record_event(node, "would_drain", "dry run", now, run_id, reason)
+                except StoreError as exc:
+                    log(f"would_drain of {node} not recorded ({exc})")
             continue
         if node in others:
             log(f"{node}: already drained by screener ({others[node]!r}); not drained again")

@@ -336,13 +336,16 @@ class _AfterScreen:
     beside: SentinelsBeside | None
     code: int = 0
     doubt: plan.Doubt | None = None
+    stopped: bool = False  # a dry run stopped where a live prolog would requeue the job
 
     async def __call__(self, transport: Transport, result: ScreenResult) -> None:
         ctx = self.ctx
         ctx.say(result.notes)  # planted names moved aside (screener.probe.private)
         failed = self.beside.failed() if self.beside is not None else []
-        self.code = _act(ctx, result, ctx.left())
-        if self.code == 0 and ctx.records is not None and not result.store_error:
+        self.code, self.stopped = _act(ctx, result, ctx.left())
+        if self.stopped:
+            ctx.log("dry run: a live prolog would requeue the job here; no further screen")
+        elif self.code == 0 and ctx.records is not None and not result.store_error:
             ctx.say(plan.usual_lines(result.summary, self.screen, ctx.policy, result.reprobed))
             self.doubt = plan.after_screen(
                 result.summary, result.reprobed, self.screen, failed, ctx.policy
@@ -353,10 +356,12 @@ class _AfterScreen:
                 await start_job_iostat(transport, ctx.job, devices, ctx.policy, ctx.log)
 
 
-def _act(ctx: Context, result: ScreenResult, left_s: float) -> int:
-    """Log the verdicts, then drain (guarded) what the stored run found slow: the exit code.
-    A small allocation waits (at most ``fleet_wait_s`` and ``left_s``) for concurrent runs'
-    first rounds before the fleet judges it."""
+def _act(ctx: Context, result: ScreenResult, left_s: float) -> tuple[int, bool]:
+    """Log the verdicts, then drain (guarded) what the stored run found slow: the exit code,
+    and whether a dry run would have drained (recorded as ``would_drain``): it stops there,
+    as the live prolog does (issue 44: a dry run that went on scored a second look's drain
+    by the full probe after it). A small allocation waits (at most ``fleet_wait_s`` and
+    ``left_s``) for concurrent runs' first rounds before the fleet judges it."""
     policy, job, log, records = ctx.policy, ctx.job, ctx.log, ctx.records
     summary, run_id = result.summary, result.run_id
     for v in summary.verdicts:
@@ -365,16 +370,16 @@ def _act(ctx: Context, result: ScreenResult, left_s: float) -> int:
         journal = _spooled_run(ctx, result)
         drained = _act_in_outage(ctx, result, journal, left_s) if journal is not None else None
         if drained:
-            return EXIT_REQUEUE
+            return EXIT_REQUEUE, False
         slow = [v.node for v in drainable(summary, policy.verdict.confirm)]
         if slow and drained is None:
             log(f"not draining {fold_nodes(slow)}: the run is neither stored nor spooled")
-        return ctx.fail(f"job {job.job_id}: {result.store_error or 'no database'}")
+        return ctx.fail(f"job {job.job_id}: {result.store_error or 'no database'}"), False
     now = datetime.now(UTC)
     drains.close_passing(summary, records, now, run_id)
     todo = drainable(summary, policy.verdict.confirm)
     if not todo and not summary.shared_cause:
-        return 0  # nothing to drain nor to record: no need to ask Slurm for the partition
+        return 0, False  # nothing to drain nor to record: no need to ask Slurm for the partition
     # A shared cause is recorded even when nothing is drained (the shared-cause alert);
     # the partition is read only when there is something to drain (the guard needs it).
     partition = _partition(ctx) if todo else []
@@ -393,7 +398,7 @@ def _act(ctx: Context, result: ScreenResult, left_s: float) -> int:
         )
         with _deferred_sigterm():
             drained = drains.apply_drains(chosen, by)
-    return EXIT_REQUEUE if drained else 0
+    return (EXIT_REQUEUE if drained else 0), dry_run and bool(chosen.drain)
 
 
 def _spooled_run(ctx: Context, result: ScreenResult) -> SpooledDrains | None:

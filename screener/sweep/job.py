@@ -208,9 +208,6 @@ class Sweep:
                     self.client, records, run_id, self.trigger, self.job_id, now, dry_run, log
                 ),
             )
-        if dry_run and plan.guard is None:
-            for node, reason in plan.drain:  # what a live sweep would have done, on record
-                records.store.record_event(node, "would_drain", "dry run", now, run_id, reason)
         if (
             policy.sweep.max_age_h > 0 and not self.mode.rolling
         ):  # busy nodes no sweep reached for that long (drained ones are skipped there)
