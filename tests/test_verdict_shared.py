@@ -137,6 +137,25 @@ def test_without_enough_nodes_with_history_the_plain_rule_holds() -> None:
     assert "history" in summary.verdicts[0].signals
 
 
+def test_a_node_whose_history_its_peers_outgrew_is_not_blamed_at_par() -> None:
+    """The prolog matrix (mixed fleet, history, fleet_read_6x; 2026-12-05): after a 6x read
+    slowdown of the whole fleet, five nodes had learned the new level under the triage's
+    recipe; three, held back from one triage, still compared with the full probe's healthy
+    level. At par with the round (1.00x its peer median), 0.16-0.24x their own median, they
+    were `SLOW_READ confirmed` on history alone. Their history is out of line, not their
+    read. One that also reads below its peers (0.62x) is blamed as before."""
+    probes = spread(8, read=240, write=280)
+    stale = ("n04", "n05", "n07")
+    history = {p.node: [240 * MB] * 3 for p in probes}
+    history.update({n: [1533 * MB, 1631 * MB, 230 * MB] for n in stale})
+    summary = evaluate(probes, history, POLICY)
+    assert statuses(summary) == {p.node: Status.OK for p in probes}, summary
+    assert not summary.shared_cause
+    probes[3] = node("n04", read=150, write=280)  # 0.62x the round, 0.1x its own
+    v = evaluate(probes, history, POLICY).verdicts[3]
+    assert v.status == Status.SLOW_READ and "history" in v.signals, v.reason
+
+
 # ---- both rounds' evidence (issue 24) ------------------------------------------------------
 
 

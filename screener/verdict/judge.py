@@ -33,6 +33,7 @@ from screener.verdict.rules import (
     SOFT_TAGS,
     PeerStats,
     TailStats,
+    at_par,
     close_call,
     fact_drift,
     fact_problems,
@@ -131,7 +132,8 @@ def _read_signals(
         if policy.min_rand_read_iops and iops < policy.min_rand_read_iops:
             tags.append("abs_rand")
             why.append(f"4k rand read {iops:,.0f} IOPS < floor {policy.min_rand_read_iops:g}")
-    if text := history_reason(bw, history, policy, level):
+    text = history_reason(bw, history, policy, level)
+    if text and not at_par(bw, peers.read, peers.borrowed, level, policy):
         tags.append("history")
         why.append(text)
     usual = own if level is not None else None  # a place among a round with a yardstick

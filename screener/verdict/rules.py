@@ -470,6 +470,24 @@ def history_reason(
     return text
 
 
+def at_par(
+    bw: float, peers: PeerStats | None, borrowed: int, level: float | None, policy: VerdictPolicy
+) -> bool:
+    """The node reads at or above ``borderline_level`` (0.71) x the round's own peer median
+    (no fleet figures borrowed) in a round with a history yardstick (``level``): a drop
+    from its own history is then its history out of line with its peers', not its read,
+    and the history rule does not blame it. Issue 44, the prolog matrix (mixed fleet, a 6x
+    read slowdown of every node): five nodes had learned the new level under the triage's
+    recipe; three, held back from one triage, still compared with the full probe's healthy
+    level and were `SLOW_READ confirmed` at 1.00x the round on history alone (0.16-0.24x
+    their own). A node reading alike with its peers does not drag their job. Without a
+    yardstick (a small allocation, few nodes with history) the history rule holds: a
+    uniformly slow allocation reads at par with itself."""
+    if level is None or peers is None or borrowed or peers.median <= 0:
+        return False
+    return bw >= borderline_level(policy) * peers.median
+
+
 # The round's nodes reading below this fraction of their own history (median) is a
 # fleet-wide slowdown: those the plain history rule would blame are a shared cause instead.
 SHARED_HISTORY_LEVEL = 0.5
