@@ -316,6 +316,41 @@ def test_a_slower_drive_model_reads_at_its_usual_place_and_is_not_escalated(
     assert "full probe of" not in log and "second look" not in log, log
 
 
+def test_a_slower_model_below_the_gap_at_its_place_in_both_rounds_is_not_escalated(
+    site: dict[str, Any],
+) -> None:
+    """Issue 44: a node of a slower model that reads 0.4x of its peers (below the peer gap:
+    the triage's peer rule fires) where the sweeps always saw it is a short read's finding
+    at its usual place (`DEGRADED usual_place`); re-probed beside references and found
+    there again, the prolog lets it in without the full probe (triage.short_as_usual), and
+    says so; the job starts where it was placed."""
+    cluster = site["cluster"]
+    tails = {"shadow": ["peer_tail", "slow_ios", "stalls"]}  # the throttle's tail: not here
+    write_config(
+        site["config"], cluster, site["db"], site["log"], prolog={"triage": True}, verdict=tails
+    )
+    pace_devices(cluster, cluster.nodes)
+    node = cluster.nodes[0]
+    cluster.inject(node, "slow_read", "120M")  # 0.4x the 300 MB/s pace, as always
+    for _ in range(3):  # rules.MIN_HISTORY sweeps saw every node at its own rate
+        seen_by_the_sweep(cluster, site["config"], site["db"], per_node={node: 120.0})
+    job_id = _hosts_job(site, 4, "--comment", "screener=on")
+    job = wait_job(cluster, job_id)
+    log = site["log"].read_text()
+    assert job["job_state"] == "COMPLETED" and job["restart_cnt"] == 0, log
+    assert node in _ran_on(site, job_id)
+    said = re.search(
+        rf"{node}: triage re-probe read (0\.\d+)x peers, its usual place (\d\.\d+)x "
+        r"\(>= 0\.71\): a short read's finding at its usual place in both rounds, not escalated",
+        log,
+    )
+    assert said is not None, log
+    assert float(said[1]) < 0.5 and float(said[2]) >= 0.71, said[0]
+    assert "full probe of" not in log, log
+    runs = _prolog_runs(site["db"], job_id)
+    assert [mode for _, _, mode in runs] == [PROLOG_PROBES["triage"]], (runs, log)
+
+
 def _write_figures(db: str, job_id: str, recipe: str | None = None) -> list[float | None]:
     """The write figure of every judged verdict of the job's prolog runs (of ``recipe``)."""
     with open_store(db) as store:
