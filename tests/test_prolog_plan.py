@@ -34,6 +34,7 @@ from screener.prolog.plan import (
     usual_lines,
 )
 from screener.prolog.triage import full_probe_fits, triage_cost
+from screener.verdict.confirm import unspared
 
 ON = Policy()  # triage and sentinel on by default
 OFF = replace(ON, prolog=replace(ON.prolog, triage=False))
@@ -412,7 +413,8 @@ def test_a_fresh_reference_at_its_usual_place_is_not_escalated() -> None:
     # ... so the triage does not re-probe it either (pipeline.ScreenRequest.spare)
     spared = plan.spare(first, ON)
     assert spared is not None and spared(s) == ["node05"]
-    assert plan.spare(replace(first, fresh=()), ON) is None
+    no_fresh = plan.spare(replace(first, fresh=()), ON)
+    assert no_fresh is not None and no_fresh(s) == []  # nothing decided, nothing fresh
     assert plan.spare(replace(first, stage="escalated"), ON) is None
     assert usual_lines(s, first, ON) == [
         "node05: fresh reference, triage read 0.30x peers, its usual place 1.05x (>= 0.71):"
@@ -634,3 +636,28 @@ def test_every_node_is_planned_exactly_once(
         assert len(set(e.screen.nodes)) == len(e.screen.nodes)
         after = after_screen(screen_summary(data.draw, e.screen.nodes), (), e.screen, [], policy)
         assert after is None  # the full probe of a doubt is the last screen
+
+
+def test_once_round_1_decided_a_node_the_triage_re_probes_no_degraded_one() -> None:
+    """The job is requeued after the drain and screened again where it lands: a DEGRADED
+    node's re-probe would only delay it (a paced healthy node's 0.5 s tail: 2.5 s of a
+    10.1 s start, 2026-12-05). A SLOW suspect is still confirmed (unspared), and the log
+    says which nodes were left and why."""
+    job = known(NODES, stale=NODES)
+    first = first_screen(opening(NODES, job, ON).probe, job, len(NODES), ON, ROOM)
+    assert first.stage == "triage" and first.fresh == ()
+    decided = Verdict("node01", Status.SLOW_READ, "0.05x [decisive in round 1: ...]",
+                      confirmed=True)  # fmt: skip
+    tail = Verdict("node07", Status.DEGRADED, "13% of seq reads >= 100 ms", signals=("slow_ios",))
+    slow = Verdict("node03", Status.SLOW_READ, "0.3x", signals=("peer_read",))
+    s = summary(decided, ok("node02"), slow, tail)
+    spared = plan.spare(first, ON)
+    assert spared is not None and spared(s) == ["node07"]
+    assert unspared(["node03", "node07"], s, spared(s)) == ["node03"]
+    assert spared(summary(ok("node01"), slow, tail)) == []  # nothing decided: re-probed
+    assert plan.unreprobed_lines(s, ("node03",)) == [
+        "node07: not re-probed nor escalated: node01 decided in round 1 and the job is"
+        " requeued; they are screened again where it lands"
+    ]
+    assert plan.unreprobed_lines(s, ("node03", "node07")) == []
+    assert plan.unreprobed_lines(s, ("node01", "node03")) == []  # node01 confirmed in round 2

@@ -343,6 +343,8 @@ class _AfterScreen:
         ctx.say(result.notes)  # planted names moved aside (screener.probe.private)
         failed = self.beside.failed() if self.beside is not None else []
         self.code, self.stopped = _act(ctx, result, ctx.left())
+        if self.code or self.stopped:
+            ctx.say(plan.unreprobed_lines(result.summary, result.reprobed))
         if self.stopped:
             ctx.log("dry run: a live prolog would requeue the job here; no further screen")
         elif self.code == 0 and ctx.records is not None and not result.store_error:

@@ -301,15 +301,52 @@ def after_screen(
 
 
 def spare(screen: Screen, policy: Policy) -> Callable[[RunSummary], list[str]] | None:
-    """What a triage settles without its re-probe (pipeline.ScreenRequest.spare): its fresh
-    references whose round-1 finding is a short read's at their usual place join the job
-    as such (triage.short_as_usual), so a second window only delays the job: 1.1-1.3 s of
-    a 4.0 s prolog on the mixed fleet (bench/time_to_start.py, 2026-12-05). None when the
-    screen has no fresh references."""
-    if screen.stage != "triage" or not screen.fresh:
+    """What a triage settles without its re-probe (pipeline.ScreenRequest.spare), from its
+    round 1: its fresh references whose finding is a short read's at their usual place
+    join the job as such (triage.short_as_usual), so a second window only delays the job:
+    1.1-1.3 s of a 4.0 s prolog on the mixed fleet (bench/time_to_start.py, 2026-12-05).
+    And once round 1 decided a node (``decided_in_round_1``), every DEGRADED node: the job
+    is requeued after the drain, and where it lands is screened again; a paced healthy
+    node's 0.5 s tail cost a 1/20 reader's job a 2.5 s re-probe, 5.9 s of a 10.1 s start
+    (2026-12-05). A SLOW suspect is still confirmed (verdict.confirm.unspared). None
+    outside a triage."""
+    if screen.stage != "triage":
         return None
     fresh = screen.fresh
-    return lambda summary: list(triage.short_as_usual(summary, fresh, policy))
+
+    def spared(summary: RunSummary) -> list[str]:
+        out = list(triage.short_as_usual(summary, fresh, policy)) if fresh else []
+        if decided_in_round_1(summary):
+            out += [v.node for v in summary.verdicts if v.status == Status.DEGRADED]
+        return out
+
+    return spared
+
+
+def decided_in_round_1(summary: RunSummary, reprobed: Sequence[str] = ()) -> list[str]:
+    """The nodes round 1 decided slow (verdict.confirm.decided: confirmed with no re-probe;
+    after the screen, those confirmed that were not re-probed, ``reprobed``)."""
+    slow = (Status.SLOW_READ, Status.SLOW_WRITE)
+    return [
+        v.node
+        for v in summary.verdicts
+        if v.confirmed and v.status in slow and v.node not in reprobed
+    ]
+
+
+def unreprobed_lines(summary: RunSummary, reprobed: Sequence[str]) -> list[str]:
+    """After a screen that drained (or, a dry run, would have) what round 1 decided: the
+    DEGRADED nodes it did not re-probe nor escalate, and why (``spare``)."""
+    sure = decided_in_round_1(summary, reprobed)
+    left = [
+        v.node for v in summary.verdicts if v.status == Status.DEGRADED and v.node not in reprobed
+    ]
+    if not sure or not left:
+        return []
+    return [
+        f"{fold_nodes(left)}: not re-probed nor escalated: {fold_nodes(sure)} decided in round"
+        " 1 and the job is requeued; they are screened again where it lands"
+    ]
 
 
 def _after_look(

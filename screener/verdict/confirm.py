@@ -377,10 +377,10 @@ def _short_no_place(v1: Verdict, v2: Verdict, borderline: float, short: bool) ->
     drive model or a 2-4x reader, which a read alone cannot tell apart; the full probe,
     which writes, can (verdict.usual.slower_device). Off with the both-rounds weighing
     (``borderline`` 0). Issue 44, the prolog matrix on the mixed fleet: the slower model,
-    with no place learned, read 0.48-0.51x in round 1 and 0.33-0.46x beside 5 references
-    that read faster with fewer nodes on the host, and was `SLOW_READ confirmed` in 7 of
-    its verdicts in two runs (2026-12-05). The mission's faults (8x and slower) read under
-    0.25x and are confirmed as before."""
+    with no place learned, read 0.48-0.49x in round 1 and 0.33-0.46x beside 5 references
+    that read faster with fewer nodes on the host, and was `SLOW_READ confirmed` in 2 of 5
+    fresh jobs (2026-12-05). The mission's faults (8x and slower) read under 0.25x and are
+    confirmed as before."""
     if not short or borderline <= 0 or v2.own_place is not None:
         return False
     if not set(v1.signals) <= SHORT_PLACE_TAGS or not set(v2.signals) <= SHORT_PLACE_TAGS:
