@@ -396,6 +396,7 @@ def main() -> int:
     if not fleets or not set(fleets) <= set(FLEETS) or len(set(fleets)) != len(fleets):
         ap.error(f"--fleet: {', '.join(FLEETS)} (or both), not {args.fleet!r}")
     rows: list[dict[str, Any]] = []
+    not_screened: list[dict[str, Any]] = []
     setups: dict[str, dict[str, Any]] = {}
     with claim_slot() as slot, _workdir(args.keep) as tmp:
         mc = Cluster(slot.state_dir)
@@ -566,8 +567,18 @@ def main() -> int:
                                 if (r["fleet"], r["scenario"], r["mode"], r["rep"]) == key
                             ]
                             hits = sum(r["ok"] for r in this)
+                            # a dry-run prolog stops where a live one drains and requeues:
+                            # the nodes it held back for later screens are never screened
+                            seen = {r["node"] for r in this}
+                            unseen = [n for n in cluster.nodes[:count] if n not in seen]
+                            if unseen:
+                                not_screened.append(
+                                    {"fleet": fleet, "scenario": name, "mode": mode,
+                                     "rep": rep, "nodes": unseen}
+                                )  # fmt: skip
+                            gone = f" ({', '.join(unseen)} not screened)" if unseen else ""
                             print(
-                                f"{fleet} {name} {mode} {rep}: {hits}/{count} as expected",
+                                f"{fleet} {name} {mode} {rep}: {hits}/{count} as expected{gone}",
                                 flush=True,
                             )
         finally:
@@ -610,6 +621,7 @@ def main() -> int:
         "fleets": setups,
         "table": table,
         "verdicts": rows,
+        "not_screened": not_screened,  # held back, then the job requeued (a dry run stops there)
         "load_average_at_end": [round(x, 1) for x in os.getloadavg()],
     }
     args.out.parent.mkdir(exist_ok=True)
