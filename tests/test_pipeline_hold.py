@@ -116,15 +116,28 @@ def test_fleet_wide_slowdown_finds_the_50x_node_and_history_catches_up(
 
 
 def test_intermittently_stalling_reader_is_found_on_its_tail(cluster: Any) -> None:
+    """The stall's phase is free against the 1 s read window: a re-probe window that meets
+    little of a stall reads within noise of loaded references and shows no tail, and the
+    node is then `DEGRADED borderline` (slow in both rounds, not clearly the second time:
+    never drained, never OK), as in CI on 42980ac (round-2 peers at 265 MB/s beside three
+    other workers). That outcome is screened once more, as the next job or sweep would: a
+    stall the window does meet is confirmed on its tail. 26 of 26 screens here, alone and
+    loaded, were confirmed the first time (0.29-0.39x, p99 5x the references')."""
     policy = cluster_policy(cluster)
     bad = cluster.nodes[3]
-    with Stall(cluster, bad, rate=1_000_000, on_s=0.8, off_s=1.0) as stall:
-        result = run(cluster, policy)
-    assert stall.cycles >= 3
-    v = next(v for v in result.summary.verdicts if v.node == bad)
-    assert v.status == Status.SLOW_READ and v.confirmed, v
+    for attempt in (1, 2):
+        with Stall(cluster, bad, rate=1_000_000, on_s=0.8, off_s=1.0) as stall:
+            result = run(cluster, policy)
+        assert stall.cycles >= 3
+        v = next(v for v in result.summary.verdicts if v.node == bad)
+        assert_peers_unharmed(result, bad)  # OK, or up to two noise-only DEGRADED, loaded
+        if v.status == Status.SLOW_READ:
+            break
+        # the only other outcome a stalling reader may have: slow in both rounds, undrained
+        assert v.status == Status.DEGRADED and "borderline" in v.signals, v
+        assert "in both rounds" in v.reason and attempt == 1, v
+    assert v.confirmed, v
     assert {"peer_tail", "slow_ios"} & set(v.signals), v
-    assert_peers_unharmed(result, bad)  # OK, or up to two noise-only DEGRADED on a loaded host
 
 
 def test_round_two_is_judged_beside_reference_nodes(cluster: Any, tmp_path: Path) -> None:
