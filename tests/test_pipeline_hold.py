@@ -121,8 +121,8 @@ def test_intermittently_stalling_reader_is_found_on_its_tail(cluster: Any) -> No
     node is then `DEGRADED borderline` (slow in both rounds, not clearly the second time:
     never drained, never OK), as in CI on 42980ac (round-2 peers at 265 MB/s beside three
     other workers). That outcome is screened once more, as the next job or sweep would: a
-    stall the window does meet is confirmed on its tail. 26 of 26 screens here, alone and
-    loaded, were confirmed the first time (0.29-0.39x, p99 5x the references')."""
+    stall the window does meet is confirmed on its tail. 45 of 45 screens here, alone and
+    loaded, were confirmed the first time (the 12 printed: 0.29-0.39x, p99 5x the refs')."""
     policy = cluster_policy(cluster)
     bad = cluster.nodes[3]
     for attempt in (1, 2):
